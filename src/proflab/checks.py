@@ -1,0 +1,293 @@
+"""Where a learner's fix is graded: four dependent checks, like check50's.
+
+    1. runs          the file imports, and pipeline(cfg) yields every step
+    2. same_results  same samples, same number of steps, same values
+    3. evidence      the profiler trace shows the bottleneck is gone
+    4. faster        the speed-up clears the lab's threshold for this device
+
+The original and the learner's version run alternately, each in a fresh
+subprocess (round 1: learner then original; round 2: original then learner;
+...), so slow drifts in machine load hit both alike. The first failing check
+stops the chain: later checks are reported as skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import compare, evidence, execute, labs, paths, stats
+from .labs import format_value
+
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+
+# name, title, what it checks (shown with every verdict)
+CHECKS = (
+    ("runs", "It runs", "your file imports, and pipeline(cfg) yields every step without error"),
+    ("same_results", "Same work, same results", "every step processes the same samples and yields the same values as the original"),
+    ("evidence", "The bottleneck is gone", "the profiler trace of your version no longer shows the bottleneck"),
+    ("faster", "Faster", "your version is faster than the original by the lab's threshold"),
+)
+
+
+@dataclass
+class Check:
+    name: str
+    title: str
+    description: str
+    status: str = SKIPPED
+    rationale: str = ""
+    expected: str = ""
+    actual: str = ""
+    help: str = ""
+    details: list[str] = field(default_factory=list)
+
+    def passed(self, rationale: str, expected: str = "", actual: str = "", help: str = "") -> None:
+        self.status, self.rationale, self.expected, self.actual, self.help = PASSED, rationale, expected, actual, help
+
+    def failed(self, rationale: str, expected: str = "", actual: str = "", help: str = "",
+               details: list[str] | None = None) -> None:
+        self.status, self.rationale, self.expected, self.actual, self.help = FAILED, rationale, expected, actual, help
+        self.details = details or []
+
+
+@dataclass
+class Report:
+    lab: str
+    number: int
+    title: str
+    file: str
+    label: str
+    device: str = "?"
+    verdict: str = FAILED  # passed | failed | error
+    error: str = ""  # the kit or the original failed, not the learner
+    checks: list[Check] = field(default_factory=list)
+    comparison: dict[str, float] | None = None
+    threshold: float | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, list[float]] = field(default_factory=lambda: {"original": [], "learner": []})
+    step_times: dict[str, list[float]] = field(default_factory=lambda: {"original": [], "learner": []})
+    traces: dict[str, str] = field(default_factory=dict)
+    runs_dir: str = ""
+    output: str = ""
+    traceback: str = ""
+    duration_s: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return {PASSED: 0, FAILED: 1}.get(self.verdict, 3)
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["exit_code"] = self.exit_code
+        return data
+
+
+Progress = Callable[[str], None]
+
+
+def trace_dir(lab: labs.Lab, label: str) -> Path:
+    """``runs/01-dataloader/original``: one TensorBoard run per lab and version."""
+    return paths.runs_dir() / lab.slug / label
+
+
+def fresh_trace_dir(lab: labs.Lab, label: str) -> Path:
+    folder = trace_dir(lab, label)
+    if folder.exists():
+        for old in folder.glob("*.pt.trace.json*"):
+            old.unlink(missing_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def where_to_look(lab: labs.Lab) -> str:
+    return f"run `proflab hint {lab.name}` for a hint, and `proflab tensorboard` to compare the traces"
+
+
+def _runtime_failure(check: Check, outcome: execute.Outcome, lab: labs.Lab, timeout: float) -> None:
+    r = outcome.result
+    name = Path(r.get("file") or outcome.file).name
+    place = f"{name}, line {r['line']}" if r.get("line") else name
+    kind = r.get("kind", outcome.status)
+    details = []
+    if r.get("code"):
+        details.append(f"{r['line']:>4} | {r['code']}")
+    if kind == "syntax":
+        check.failed(f"{place}: the file does not parse", "a file Python can import",
+                     r.get("message", ""), "fix the line shown (and the one just before it)", details)
+    elif kind == "import":
+        check.failed(f"{place}: importing the file raised an error", "the file imports cleanly",
+                     r.get("message", ""), "look at the top-level code of your file", details)
+    elif kind == "missing":
+        check.failed(f"{name} defines no pipeline(cfg)", "a function pipeline(cfg) that yields once per step",
+                     "no such function", "keep the function name and signature of the exercise")
+    elif kind in ("exception", "bad_yield", "not_generator"):
+        step = f" at step {r['step']}" if "step" in r else ""
+        check.failed(f"{place}: your pipeline raised an error{step}", "every step runs",
+                     r.get("message", ""), "look at the line shown; --verbose prints the full traceback", details)
+    elif kind == "short":
+        check.failed(f"{name}: {r.get('message', '')}", f"{lab.workload.total_steps} steps",
+                     f"{r.get('steps_done', '?')} steps", "keep the loop over every batch of the DataLoader")
+    elif kind == "timeout":
+        check.failed(f"{name} did not finish within the time limit ({timeout:g} s)", f"under {timeout:g} s",
+                     "still running, stopped", "look for an endless loop or a wait that never returns; "
+                     "`proflab run` shows how far it gets")
+    elif kind == "device":
+        check.failed(r.get("message", ""), "an available device", outcome.result.get("message", ""),
+                     "use --device cpu")
+    else:
+        check.failed(f"{name}: {r.get('message', 'the run failed')}", "a finished run", kind,
+                     "run the file with `proflab run` to see its output")
+
+
+def check(
+    lab: labs.Lab,
+    file: Path,
+    label: str = "yours",
+    device: str = "auto",
+    rounds: int | None = None,
+    timeout_s: float | None = None,
+    on_progress: Progress = lambda message: None,
+) -> Report:
+    """Grade ``file`` against ``lab``'s original. Never raises for a learner's mistake."""
+    started = time.perf_counter()
+    report = Report(lab=lab.name, number=lab.number, title=lab.title, file=str(file), label=label,
+                    checks=[Check(*c) for c in CHECKS], runs_dir=str(paths.runs_dir() / lab.slug))
+    rounds = rounds or lab.workload.rounds
+    timeout = timeout_s or lab.workload.timeout_s
+    try:
+        _grade(lab, file, label, device, rounds, timeout, report, on_progress)
+    finally:
+        report.duration_s = time.perf_counter() - started
+    return report
+
+
+def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progress: Progress) -> None:
+    runs, same, proof, faster = (report.check(n) for n, *_ in CHECKS)
+    if not lab.original_is_intact():
+        report.verdict = "error"
+        report.error = (f"{lab.original} was edited, so there is nothing trustworthy to compare against. "
+                        f"Put your changes in {lab.exercise.name}, then restore the original "
+                        f"(`git checkout -- {paths.display(lab.original)}`).")
+        return
+    if not file.exists():
+        report.verdict = "error"
+        report.error = f"{file} does not exist"
+        return
+
+    originals: list[execute.Outcome] = []
+    learners: list[execute.Outcome] = []
+
+    def run_one(which: str, round_no: int) -> execute.Outcome:
+        first = not (originals if which == "original" else learners)
+        name = "original" if which == "original" else label
+        on_progress(f"round {round_no}/{rounds}: running the {'original' if which == 'original' else Path(file).name}")
+        outcome = execute.run(lab, lab.original if which == "original" else file, name, device=resolved[0],
+                              trace_dir=fresh_trace_dir(lab, name) if first else None, timeout_s=timeout)
+        if outcome.ok and resolved[0] == "auto":
+            resolved[0] = outcome.result["device"]
+        if outcome.ok and first and outcome.result.get("trace"):
+            report.traces[which] = outcome.result["trace"]
+        return outcome
+
+    resolved = [device]
+    for round_no in range(1, rounds + 1):
+        order = ("learner", "original") if round_no % 2 else ("original", "learner")
+        for which in order:
+            outcome = run_one(which, round_no)
+            if which == "learner":
+                if not learners:
+                    report.output = outcome.stdout[-2000:]
+                if not outcome.ok:
+                    report.traceback = outcome.result.get("traceback", "") or outcome.stderr
+                    _runtime_failure(runs, outcome, lab, timeout)
+                    report.verdict = FAILED
+                    return
+                learners.append(outcome)
+            else:
+                if not outcome.ok:
+                    report.verdict = "error"
+                    report.error = (f"the original itself failed ({outcome.result.get('message', outcome.status)}); "
+                                    "this is a problem of the kit or the machine, not of your fix")
+                    report.traceback = outcome.result.get("traceback", "") or outcome.stderr
+                    return
+                if originals and (diff := compare.compare(originals[0].result["results"], outcome.result["results"], lab.results)):
+                    report.verdict = "error"
+                    report.error = f"two runs of the original disagree ({diff.message}): the lab is not deterministic here"
+                    return
+                originals.append(outcome)
+        report.device = resolved[0]
+
+        for run in learners[len(report.timings["learner"]):]:
+            diff = compare.compare(originals[0].result["results"], run.result["results"], lab.results)
+            if diff is not None:
+                runs.passed(f"{Path(file).name} ran all {lab.workload.total_steps} steps",
+                            actual=f"{run.result['steps_done']} steps in {run.wall_s:.1f} s")
+                same.failed(diff.message, "the original's values, step by step", f"step {diff.step} differs",
+                            diff.hint or where_to_look(lab))
+                report.verdict = FAILED
+                return
+        report.timings["original"] = [o.mean_step_s for o in originals]
+        report.timings["learner"] = [o.mean_step_s for o in learners]
+
+        if round_no == 1:
+            runs.passed(f"{Path(file).name} ran all {lab.workload.total_steps} steps on {report.device}",
+                        actual=f"{learners[0].result['steps_done']} steps")
+            same.passed(f"all {lab.workload.total_steps} steps match the original "
+                        f"({', '.join(r.key for r in lab.results)})",
+                        expected="the original's values", actual="equal within tolerance")
+            if not _evidence(lab, report, proof):
+                report.verdict = FAILED
+                return
+
+    report.step_times["original"] = [t for o in originals for t in o.result["step_times"]]
+    report.step_times["learner"] = [t for o in learners for t in o.result["step_times"]]
+    _faster(lab, report, faster)
+    report.verdict = PASSED if faster.status == PASSED else FAILED
+
+
+def _evidence(lab: labs.Lab, report: Report, proof: Check) -> bool:
+    ev = lab.evidence
+    if "learner" not in report.traces or "original" not in report.traces:
+        proof.failed("no trace was written", "a trace from each version", "none",
+                     "the profiled steps run after the timed ones: did the pipeline stop early?")
+        return False
+    try:
+        original = evidence.measure(ev.metric, report.traces["original"])
+        learner = evidence.measure(ev.metric, report.traces["learner"])
+    except (evidence.TraceError, KeyError) as e:
+        proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
+        return False
+    report.evidence = {"metric": ev.metric, "label": ev.label, "unit": ev.unit,
+                       "original": asdict(original), "learner": asdict(learner)}
+    expected = ev.expectation(original.value)
+    actual = f"{format_value(learner.value, ev.unit)}: {learner.summary} (original: {original.summary})"
+    if ev.holds(learner.value, original.value):
+        proof.passed(f"{ev.label}: {format_value(original.value, ev.unit)} → {format_value(learner.value, ev.unit)}",
+                     expected, actual, ev.where)
+        return True
+    proof.failed(f"{ev.label} is still {format_value(learner.value, ev.unit)} "
+                 f"(the original: {format_value(original.value, ev.unit)})",
+                 expected, actual, f"{ev.where}; {where_to_look(lab)}")
+    return False
+
+
+def _faster(lab: labs.Lab, report: Report, faster: Check) -> None:
+    cmp = stats.compare(report.timings["original"], report.timings["learner"])
+    threshold = lab.threshold(report.device)
+    report.comparison = cmp.as_dict()
+    report.threshold = threshold
+    measured = (f"{cmp.speedup:.2f}× ({cmp.original_s * 1000:.1f} ms → {cmp.learner_s * 1000:.1f} ms per step; "
+                f"rounds {cmp.ratio_low:.2f}–{cmp.ratio_high:.2f}×, noise ±{cmp.noise:.0%})")
+    expected = f"at least {threshold:g}× on {report.device}"
+    if cmp.speedup >= threshold:
+        faster.passed(f"{cmp.speedup:.2f}× faster than the original over {cmp.rounds} paired rounds",
+                      expected, measured)
+    else:
+        faster.failed(f"{cmp.speedup:.2f}× is below the {threshold:g}× this lab asks for on {report.device}",
+                      expected, measured, where_to_look(lab))

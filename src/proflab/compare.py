@@ -1,0 +1,71 @@
+"""Where results are compared: the learner's yielded values against the original's.
+
+A pipeline yields a dict of values once per step. The lab's manifest says,
+for each key, what it means and how close the learner's value must be: equal
+(``exact``) or within ``|a - b| <= atol + rtol * |b|``. The first difference
+found is described in words a learner can act on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .labs import ResultRule
+
+
+@dataclass(frozen=True)
+class Difference:
+    step: int
+    key: str
+    message: str
+    hint: str = ""
+
+
+def _fmt(x: Any) -> str:
+    return f"{x:.6g}" if isinstance(x, float) else str(x)
+
+
+def _first_mismatch(a: Sequence, b: Sequence, rule: ResultRule) -> tuple[int, float] | None:
+    worst = None
+    for i, (x, y) in enumerate(zip(a, b)):
+        if rule.exact:
+            if x != y:
+                return i, math.inf
+            continue
+        if isinstance(x, float) and math.isnan(x) or isinstance(y, float) and math.isnan(y):
+            if not (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y)):
+                return i, math.inf
+            continue
+        excess = abs(x - y) - (rule.atol + rule.rtol * abs(y))
+        if excess > 0 and (worst is None or excess > worst[1]):
+            worst = (i, excess)
+    return worst
+
+
+def compare(original: list[dict], learner: list[dict], rules: Sequence[ResultRule]) -> Difference | None:
+    """The first step and value where ``learner`` differs from ``original``, if any."""
+    if len(learner) != len(original):
+        return Difference(min(len(learner), len(original)), "", f"{len(learner)} steps were recorded, "
+                          f"the original recorded {len(original)}")
+    for step, (want, got) in enumerate(zip(original, learner)):
+        for rule in rules:
+            if rule.key not in want:
+                continue  # the original does not report it: nothing to hold the learner to
+            if rule.key not in got:
+                return Difference(step, rule.key, f"step {step} yields no '{rule.key}' ({rule.what}); "
+                                  f"yield {{'{rule.key}': ...}} as the original does", rule.hint)
+            w, g = want[rule.key], got[rule.key]
+            if g["shape"] != w["shape"]:
+                return Difference(step, rule.key, f"step {step}: {rule.what} ('{rule.key}') has shape "
+                                  f"{tuple(g['shape'])}, the original's {tuple(w['shape'])}", rule.hint)
+            hit = _first_mismatch(g["data"], w["data"], rule)
+            if hit is not None:
+                i, _ = hit
+                where = f" at element {i}" if len(w["data"]) > 1 else ""
+                bound = "exactly" if rule.exact else f"within rtol={rule.rtol:g}, atol={rule.atol:g}"
+                return Difference(step, rule.key, f"step {step}: {rule.what} ('{rule.key}') differs{where}: "
+                                  f"{_fmt(g['data'][i])}, the original {_fmt(w['data'][i])} "
+                                  f"(must match {bound})", rule.hint)
+    return None

@@ -1,0 +1,130 @@
+"""Where evidence is measured: figures read from a Chrome trace file.
+
+The trace that ``tensorboard_trace_handler`` writes is JSON: a list of events,
+each with a name, a category, a start ``ts`` and a duration ``dur`` in
+microseconds. ``ProfilerStep#N`` events span one training step each; every
+figure here is taken inside those steps, per step, so traces with different
+numbers of profiled steps compare fairly.
+
+Each metric is a function from a loaded trace to a ``Measure``; a lab's
+manifest names the one that proves its fix.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+DATALOADER_PREFIX = "enumerate(DataLoader)#"
+
+
+class TraceError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str
+    cat: str
+    ts: float
+    dur: float
+    pid: Any
+    tid: Any
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass
+class Trace:
+    path: Path
+    events: list[Event]
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def steps(self) -> list[Event]:
+        return sorted((e for e in self.events if e.name.startswith("ProfilerStep#")), key=lambda e: e.ts)
+
+    def within_steps(self, predicate: Callable[[Event], bool]) -> list[Event]:
+        steps = self.steps
+        return [e for e in self.events if predicate(e) and any(s.ts <= e.ts < s.end for s in steps)]
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One figure from a trace, with the numbers behind it."""
+
+    value: float
+    unit: str
+    summary: str
+    details: dict[str, float] = field(default_factory=dict)
+
+
+def load(path: str | Path) -> Trace:
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            raw = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise TraceError(f"cannot read trace {path}: {e}") from None
+    events = [
+        Event(e["name"], e.get("cat", ""), float(e["ts"]), float(e.get("dur", 0.0)), e.get("pid"), e.get("tid"))
+        for e in raw.get("traceEvents", [])
+        if e.get("ph") == "X" and "name" in e and "ts" in e
+    ]
+    trace = Trace(path, events, raw)
+    if not trace.steps:
+        raise TraceError(f"{path} has no ProfilerStep# events: was it written with a profiler schedule?")
+    return trace
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    """Total time covered by possibly nested or overlapping intervals."""
+    total, cur_start, cur_end = 0.0, None, None
+    for start, end in sorted(intervals):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
+def dataloader_wait(trace: Trace) -> Measure:
+    """Time per step the training loop spends inside ``DataLoader.__next__``."""
+    steps = trace.steps
+    step_us = sum(s.dur for s in steps)
+    waits = []
+    for s in steps:
+        inside = [(max(e.ts, s.ts), min(e.end, s.end)) for e in trace.events
+                  if e.name.startswith(DATALOADER_PREFIX) and e.ts < s.end and e.end > s.ts]
+        waits.append(_union_length(inside))
+    wait_us = sum(waits)
+    share = wait_us / step_us if step_us else 0.0
+    per_step_ms = wait_us / len(steps) / 1000.0
+    return Measure(
+        value=per_step_ms,
+        unit="ms",
+        summary=f"{share:.0%} of each step ({per_step_ms:.1f} ms of {step_us / len(steps) / 1000.0:.1f} ms)",
+        details={"share": share, "wait_ms_per_step": per_step_ms, "step_ms": step_us / len(steps) / 1000.0,
+                 "steps": float(len(steps))},
+    )
+
+
+METRICS: dict[str, Callable[[Trace], Measure]] = {
+    "dataloader_wait": dataloader_wait,
+}
+
+
+def measure(metric: str, trace_path: str | Path) -> Measure:
+    if metric not in METRICS:
+        raise KeyError(f"unknown evidence metric '{metric}'; known: {', '.join(sorted(METRICS))}")
+    return METRICS[metric](load(trace_path))

@@ -1,0 +1,128 @@
+"""Lab 1's world: a folder of JPEG photos on slow storage, and a small CNN.
+
+The photos are generated deterministically under ``data/photos`` the first
+time they are needed. Reading one costs a fixed latency (the time a network
+file system or an object store takes to answer), then it is decoded and
+augmented on the CPU. The augmentation of sample ``i`` is seeded from ``i``
+alone, so every sample comes out the same whichever process loads it: the
+number of DataLoader workers changes the speed, never the data.
+
+Storage latency: ``STORAGE_LATENCY_MS`` (3 ms per sample) unless the
+environment variable ``PROFLAB_STORAGE_LATENCY_MS`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+STORAGE_LATENCY_MS = 3.0
+NUM_PHOTOS = 1024
+NUM_CLASSES = 10
+PHOTO_SIZE = 64
+CROP_SIZE = 56
+_FORMAT = "photos-v1"  # bump when the generator below changes
+_AUGMENT_SEED = 1_000_003
+_MEAN = torch.tensor([0.5, 0.5, 0.5]).view(3, 1, 1)
+_STD = torch.tensor([0.25, 0.25, 0.25]).view(3, 1, 1)
+
+
+def storage_latency_ms() -> float:
+    return float(os.environ.get("PROFLAB_STORAGE_LATENCY_MS", STORAGE_LATENCY_MS))
+
+
+def _draw(index: int) -> torch.Tensor:
+    """One synthetic photo: a class-coloured blob on a noisy gradient."""
+    g = torch.Generator().manual_seed(index)
+    label = index % NUM_CLASSES
+    ys, xs = torch.meshgrid(torch.arange(PHOTO_SIZE), torch.arange(PHOTO_SIZE), indexing="ij")
+    base = torch.rand(3, 1, 1, generator=g) * 0.5
+    img = base + 0.3 * (ys / PHOTO_SIZE) + 0.1 * torch.rand(3, PHOTO_SIZE, PHOTO_SIZE, generator=g)
+    cy, cx = (torch.randint(16, PHOTO_SIZE - 16, (2,), generator=g)).tolist()
+    radius = 8 + label
+    blob = ((ys - cy) ** 2 + (xs - cx) ** 2) < radius**2
+    hue = torch.tensor([label % 3 == 0, label % 3 == 1, label % 3 == 2], dtype=torch.float32)
+    img = torch.where(blob, (0.4 + 0.06 * label) * hue.view(3, 1, 1), img)
+    return (img.clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+def ensure_photos(data_dir: str | os.PathLike) -> Path:
+    """Generate the photos once; return their folder. Safe if several processes race."""
+    from PIL import Image
+
+    root = Path(data_dir) / "photos"
+    ready = root / "READY"
+    if ready.exists() and ready.read_text().strip() == _FORMAT:
+        return root
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".photos-", dir=data_dir))
+    try:
+        labels = []
+        for i in range(NUM_PHOTOS):
+            array = _draw(i).permute(1, 2, 0).contiguous().numpy()
+            Image.fromarray(array).save(tmp / f"{i:05d}.jpg", quality=90)
+            labels.append(str(i % NUM_CLASSES))
+        (tmp / "labels.txt").write_text("\n".join(labels) + "\n")
+        (tmp / "READY").write_text(_FORMAT + "\n")
+        if root.exists():
+            shutil.rmtree(root, ignore_errors=True)
+        try:
+            os.replace(tmp, root)
+        except OSError:  # another process finished first
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+class PhotoDataset(Dataset):
+    """JPEG photos on slow storage, decoded and augmented per sample."""
+
+    def __init__(self, data_dir: str | os.PathLike):
+        self.root = ensure_photos(data_dir)
+        self.labels = [int(x) for x in (self.root / "labels.txt").read_text().split()]
+        self.num_classes = NUM_CLASSES
+        self.latency_s = storage_latency_ms() / 1000.0
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int):
+        from PIL import Image
+
+        time.sleep(self.latency_s)  # waiting on storage
+        raw = (self.root / f"{index:05d}.jpg").read_bytes()
+        rgb = Image.open(io.BytesIO(raw)).convert("RGB")
+        x = torch.frombuffer(bytearray(rgb.tobytes()), dtype=torch.uint8)
+        x = x.view(PHOTO_SIZE, PHOTO_SIZE, 3).permute(2, 0, 1)
+        g = torch.Generator().manual_seed(_AUGMENT_SEED + index)
+        top, left = torch.randint(0, PHOTO_SIZE - CROP_SIZE + 1, (2,), generator=g).tolist()
+        x = x[:, top : top + CROP_SIZE, left : left + CROP_SIZE]
+        if torch.rand((), generator=g).item() < 0.5:
+            x = x.flip(-1)
+        x = (x.float() / 255.0 - _MEAN) / _STD
+        return x.contiguous(), self.labels[index]
+
+
+class SmallCNN(nn.Module):
+    """Three conv blocks and a linear head: small enough to wait on its data."""
+
+    def __init__(self, num_classes: int = NUM_CLASSES):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        )
+        self.head = nn.Linear(32, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).flatten(1))

@@ -1,0 +1,205 @@
+"""Where labs are discovered: each folder under ``labs/`` with a ``lab.toml``.
+
+A lab's manifest is declarative, like a rustlings exercise list: its title,
+summary, files, the workload every version runs, how results are compared,
+which trace evidence proves the fix, the speed-up thresholds per device, and
+the hints. Nothing about a lab is scattered through the code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from . import paths
+
+
+class LabNotFound(LookupError):
+    pass
+
+
+class ManifestError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ResultRule:
+    """How one value that the pipeline yields each step is compared."""
+
+    key: str
+    what: str
+    exact: bool = False
+    rtol: float = 0.0
+    atol: float = 0.0
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A figure measured from the learner's trace, and the bound it must meet.
+
+    Bounds are absolute (``max``, ``min``) or relative to the same figure in
+    the original's trace (``max_vs_original``: 0.5 means "at most half").
+    """
+
+    metric: str
+    label: str
+    where: str
+    unit: str = ""
+    max: float | None = None
+    min: float | None = None
+    max_vs_original: float | None = None
+
+    def holds(self, value: float, original: float) -> bool:
+        if self.max is not None and value > self.max:
+            return False
+        if self.min is not None and value < self.min:
+            return False
+        if self.max_vs_original is not None and value > self.max_vs_original * original:
+            return False
+        return True
+
+    def expectation(self, original: float) -> str:
+        parts = []
+        if self.max_vs_original is not None:
+            bound = self.max_vs_original * original
+            parts.append(f"at most {format_value(bound, self.unit)} "
+                         f"({self.max_vs_original:g}× the original's {format_value(original, self.unit)})")
+        if self.max is not None:
+            parts.append(f"at most {format_value(self.max, self.unit)}")
+        if self.min is not None:
+            parts.append(f"at least {format_value(self.min, self.unit)}")
+        return " and ".join(parts)
+
+
+def format_value(value: float, unit: str) -> str:
+    if unit == "%":
+        return f"{value * 100:.0f}%"
+    if unit == "ms":
+        return f"{value:.1f} ms"
+    return f"{value:g} {unit}".strip()
+
+
+@dataclass(frozen=True)
+class Workload:
+    batch_size: int
+    warmup_steps: int
+    timed_steps: int
+    profile_steps: int
+    rounds: int
+    timeout_s: float
+    seed: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total_steps(self) -> int:
+        return self.warmup_steps + self.timed_steps + self.profile_steps
+
+
+@dataclass(frozen=True)
+class Lab:
+    number: int
+    name: str
+    title: str
+    summary: str
+    folder: Path
+    original: Path
+    exercise: Path
+    solution: Path
+    original_sha256: str
+    workload: Workload
+    results: tuple[ResultRule, ...]
+    evidence: Evidence
+    thresholds: dict[str, float]
+    hints: tuple[str, ...]
+    docs: str = ""
+    data: str = ""  # "module:function" that prepares the lab's data under data/
+
+    @property
+    def slug(self) -> str:
+        """The lab's folder name under ``runs/``: ``01-dataloader``."""
+        return f"{self.number:02d}-{self.name}"
+
+    def threshold(self, device: str) -> float:
+        return self.thresholds.get(device, self.thresholds["cpu"])
+
+    def original_is_intact(self) -> bool:
+        return sha256(self.original) == self.original_sha256
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _require(table: dict, key: str, where: Path) -> Any:
+    if key not in table:
+        raise ManifestError(f"{where}: missing '{key}'")
+    return table[key]
+
+
+def load(folder: Path) -> Lab:
+    manifest = folder / "lab.toml"
+    try:
+        data = tomllib.loads(manifest.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ManifestError(f"{manifest}: {e}") from None
+    files = _require(data, "files", manifest)
+    run = _require(data, "workload", manifest)
+    evidence = _require(data, "evidence", manifest)
+    rules = tuple(
+        ResultRule(key=key, **spec) for key, spec in _require(data, "results", manifest).items()
+    )
+    return Lab(
+        number=int(_require(data, "number", manifest)),
+        name=_require(data, "name", manifest),
+        title=_require(data, "title", manifest),
+        summary=_require(data, "summary", manifest),
+        folder=folder,
+        original=folder / files.get("original", "original.py"),
+        exercise=folder / files.get("exercise", "exercise.py"),
+        solution=folder / files.get("solution", "solution.py"),
+        original_sha256=_require(files, "original_sha256", manifest),
+        workload=Workload(**run),
+        results=rules,
+        evidence=Evidence(**evidence),
+        thresholds=dict(_require(data, "speedup", manifest)),
+        hints=tuple(data.get("hints", ())),
+        docs=data.get("docs", ""),
+        data=data.get("data", ""),
+    )
+
+
+def discover(labs_dir: Path | None = None) -> list[Lab]:
+    folder = labs_dir or paths.labs_dir()
+    found = [load(p.parent) for p in sorted(folder.glob("*/lab.toml"))]
+    return sorted(found, key=lambda lab: lab.number)
+
+
+def resolve(name: str, labs: list[Lab] | None = None) -> Lab:
+    """A lab by number (``1``, ``01``) or by name (``dataloader``)."""
+    labs = discover() if labs is None else labs
+    wanted = name.strip().lower()
+    for lab in labs:
+        if wanted.isdigit() and int(wanted) == lab.number:
+            return lab
+        if wanted in (lab.name, lab.slug, lab.folder.name):
+            return lab
+    known = ", ".join(f"{lab.number} ({lab.name})" for lab in labs) or "none found"
+    raise LabNotFound(f"no lab called '{name}'. Labs: {known}.")
+
+
+def find_by_file(path: Path, labs: list[Lab] | None = None) -> Lab | None:
+    """The lab whose folder holds ``path``, if any."""
+    path = path.resolve()
+    for lab in discover() if labs is None else labs:
+        if path.parent == lab.folder.resolve():
+            return lab
+    return None

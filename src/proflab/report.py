@@ -1,0 +1,79 @@
+"""Where a check's report is shown: a short terminal summary, or JSON.
+
+For each check: what was checked, what was expected, what was measured, and
+where to look next. The JSON form carries everything, raw timings included,
+for instructors' tools.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from . import paths
+from .checks import FAILED, PASSED, SKIPPED, Report
+
+_MARK = {PASSED: "[green]✓[/]", FAILED: "[red]✗[/]", SKIPPED: "[dim]–[/]"}
+
+
+def to_json(report: Report) -> str:
+    return json.dumps(report.as_dict(), indent=2)
+
+
+def render(report: Report, console: Console, verbose: bool = False) -> None:
+    console.print(f"[bold]Lab {report.number} · {escape(report.title)}[/]")
+    console.print(f"[dim]checking {escape(paths.display(report.file))} against the original on {report.device}[/]")
+    console.print()
+    if report.error:
+        console.print(f"[red]✗ Cannot grade:[/] {escape(report.error)}")
+        if verbose and report.traceback:
+            console.print(escape(report.traceback))
+        return
+
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=1)
+    grid.add_column(style="bold", min_width=26)
+    grid.add_column(overflow="fold")
+    for c in report.checks:
+        text = c.rationale if c.status != SKIPPED else "[dim]skipped: an earlier check failed[/]"
+        grid.add_row(_MARK[c.status], c.title, escape(text) if c.status != SKIPPED else text)
+        show = c.status == FAILED or (c.status == PASSED and c.name in ("evidence", "faster"))
+        if show:
+            for line in c.details:
+                grid.add_row("", "", f"[dim]{escape(line)}[/]")
+            if c.expected:
+                grid.add_row("", "[dim]  expected[/]", escape(c.expected))
+            if c.actual:
+                grid.add_row("", "[dim]  measured[/]", escape(c.actual))
+            if c.help and c.status == FAILED:
+                grid.add_row("", "[dim]  look at[/]", escape(c.help))
+    console.print(grid)
+
+    if verbose and report.traceback:
+        console.print("\n[bold]Full traceback[/]")
+        console.print(escape(report.traceback))
+    if report.output.strip() and (verbose or report.verdict != PASSED):
+        console.print("\n[dim]Your program printed (last lines):[/]")
+        console.print(escape("\n".join(report.output.strip().splitlines()[-8:])))
+
+    console.print()
+    word = "[bold green]PASSED[/]" if report.verdict == PASSED else "[bold red]FAILED[/]"
+    console.print(f"{word} · lab {report.number} ({report.lab}) in {report.duration_s:.0f} s")
+    if report.traces:
+        console.print(f"Traces: {escape(paths.display(report.runs_dir))}/ "
+                      f"(runs: {', '.join(sorted({_run_name(p) for p in report.traces.values()}))})")
+        console.print("Open them side by side: [bold]proflab tensorboard[/]")
+
+
+def _run_name(trace_path: str) -> str:
+    from pathlib import Path
+
+    return Path(trace_path).parent.name
+
+
+def console_for(stream=None) -> Console:
+    return Console(file=stream or sys.stdout, highlight=False, soft_wrap=False)
