@@ -130,9 +130,6 @@ def _runtime_failure(check: Check, outcome: execute.Outcome, lab: labs.Lab, time
         step = f" at step {r['step']}" if "step" in r else ""
         check.failed(f"{place}: your pipeline raised an error{step}", "every step runs",
                      r.get("message", ""), "look at the line shown; --verbose prints the full traceback", details)
-    elif kind == "short":
-        check.failed(f"{name}: {r.get('message', '')}", f"{lab.workload.total_steps} steps",
-                     f"{r.get('steps_done', '?')} steps", "keep the loop over every batch of the DataLoader")
     elif kind == "timeout":
         check.failed(f"{name} did not finish within the time limit ({timeout:g} s)", f"under {timeout:g} s",
                      "still running, stopped", "look for an endless loop or a wait that never returns; "
@@ -180,6 +177,15 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
         report.error = f"{file} does not exist"
         return
 
+    try:
+        compile(file.read_bytes(), str(file), "exec")
+    except SyntaxError as e:  # no need to start a process to find this one
+        _runtime_failure(runs, execute.Outcome("learner", file, "error", result={
+            "kind": "syntax", "message": f"SyntaxError: {e.msg}", "file": str(file), "line": e.lineno,
+            "code": (e.text or "").strip()}), lab, timeout)
+        report.verdict = FAILED
+        return
+
     originals: list[execute.Outcome] = []
     learners: list[execute.Outcome] = []
 
@@ -205,7 +211,15 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                     report.output = outcome.stdout[-2000:]
                 if not outcome.ok:
                     report.traceback = outcome.result.get("traceback", "") or outcome.stderr
-                    _runtime_failure(runs, outcome, lab, timeout)
+                    if outcome.result.get("kind") == "short":
+                        done = outcome.result.get("steps_done", 0)
+                        runs.passed(f"{Path(file).name} ran, but stopped early", actual=f"{done} steps")
+                        same.failed(f"pipeline(cfg) yielded {done} steps; the original yields "
+                                    f"{lab.workload.total_steps} for the same data",
+                                    f"{lab.workload.total_steps} steps", f"{done} steps",
+                                    "take every batch the DataLoader gives, with the original batch size")
+                    else:
+                        _runtime_failure(runs, outcome, lab, timeout)
                     report.verdict = FAILED
                     return
                 learners.append(outcome)

@@ -206,7 +206,6 @@ def cmd_tensorboard(args) -> int:
             proc = tensorboard.start(logdir, host=args.host, port=args.port)
         except tensorboard.ServerError as e:
             err.print(f"[red]✗[/] {escape(str(e))}")
-            err.print("  [dim]Is the port taken? Try --port 6007.[/]")
             return 1
     out.print(f"TensorBoard is serving {escape(paths.display(logdir))} at [bold]{tensorboard.url(args.host, args.port)}[/]")
     first = _first_run_to_open(logdir)

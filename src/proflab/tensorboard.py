@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -30,6 +31,9 @@ def url(host: str, port: int) -> str:
 
 def start(logdir: Path, host: str = "127.0.0.1", port: int = 6006, wait_s: float = 60.0) -> subprocess.Popen:
     """Start TensorBoard and return once it answers HTTP requests."""
+    if not port_is_free(host, port):
+        raise ServerError(f"port {port} on {host} is already in use (another TensorBoard?). "
+                          f"Try --port {port + 1}.")
     logdir.mkdir(parents=True, exist_ok=True)
     log_path = paths.state_dir() / "tensorboard.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -44,8 +48,8 @@ def start(logdir: Path, host: str = "127.0.0.1", port: int = 6006, wait_s: float
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            tail = quiet.clean(log_path.read_text(errors="replace"))[-1500:]
-            raise ServerError(f"TensorBoard exited (code {proc.returncode}):\n{tail.strip()}")
+            raise ServerError(f"TensorBoard exited (code {proc.returncode}): {_reason(log_path)} "
+                              f"(full log: {paths.display(log_path)})")
         try:
             with urllib.request.urlopen(probe, timeout=2) as response:
                 if response.status == 200:
@@ -54,6 +58,24 @@ def start(logdir: Path, host: str = "127.0.0.1", port: int = 6006, wait_s: float
             time.sleep(0.3)
     stop(proc)
     raise ServerError(f"TensorBoard did not answer on {probe} within {wait_s:g} s (log: {log_path})")
+
+
+def port_is_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TensorBoard's server does
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _reason(log_path: Path) -> str:
+    """TensorBoard's own error line, without the tracebacks of its helper processes."""
+    lines = quiet.clean(log_path.read_text(errors="replace")).splitlines()
+    errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR:")]
+    return errors[-1] if errors else "see its log"
 
 
 def stop(proc: subprocess.Popen) -> None:

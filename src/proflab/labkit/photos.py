@@ -25,11 +25,11 @@ from torch import nn
 from torch.utils.data import Dataset
 
 STORAGE_LATENCY_MS = 3.0
-NUM_PHOTOS = 1024
+NUM_PHOTOS = 2048
 NUM_CLASSES = 10
 PHOTO_SIZE = 64
 CROP_SIZE = 56
-_FORMAT = "photos-v1"  # bump when the generator below changes
+_FORMAT = "photos-v2"  # bump when the generator below changes
 _AUGMENT_SEED = 1_000_003
 _MEAN = torch.tensor([0.5, 0.5, 0.5]).view(3, 1, 1)
 _STD = torch.tensor([0.25, 0.25, 0.25]).view(3, 1, 1)

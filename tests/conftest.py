@@ -1,0 +1,84 @@
+"""Shared fixtures: a private copy of the kit's labs, and the real CLI as a subprocess.
+
+Every test runs ``python -m proflab`` for real, against a temporary root folder
+holding a copy of ``labs/`` (so resets and edits never touch the checkout) and
+its own ``data/``, ``runs/`` and ``.proflab/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LEARNER_FILES = Path(__file__).resolve().parent / "learner_files"
+
+
+class Kit:
+    def __init__(self, root: Path):
+        self.root = root
+
+    @property
+    def lab1(self) -> Path:
+        return self.root / "labs" / "01_dataloader"
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PROFLAB_ROOT": str(self.root), "COLUMNS": "200"}
+
+    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "proflab", *args], cwd=self.root, env=self.env(),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def check_json(self, *args: str) -> tuple[int, dict]:
+        proc = self.run("check", *args, "--json")
+        assert proc.stdout.strip(), f"no JSON on stdout; stderr:\n{proc.stderr}"
+        return proc.returncode, json.loads(proc.stdout)
+
+
+def make_kit(root: Path) -> Kit:
+    shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
+    return Kit(root)
+
+
+@pytest.fixture(scope="session")
+def kit(tmp_path_factory) -> Kit:
+    """One kit for the whole session; data is generated once, here."""
+    k = make_kit(tmp_path_factory.mktemp("kit"))
+    proc = k.run("data")
+    assert proc.returncode == 0, proc.stderr
+    return k
+
+
+def sharing_data(root: Path, kit: Kit) -> Kit:
+    """A kit of its own (labs copied again, own runs/) that shares the session's data."""
+    k = make_kit(root)
+    (root / "data").symlink_to(kit.root / "data")
+    return k
+
+
+@pytest.fixture
+def fresh_kit(tmp_path, kit) -> Kit:
+    return sharing_data(tmp_path, kit)
+
+
+@pytest.fixture(scope="session")
+def solution_check(kit) -> tuple[int, dict]:
+    """``proflab check 1 --file solution.py --json``, run once for several tests."""
+    return kit.check_json("1", "--file", str(kit.lab1 / "solution.py"))
+
+
+@pytest.fixture(scope="session")
+def exercise_kit(kit, tmp_path_factory) -> Kit:
+    return sharing_data(tmp_path_factory.mktemp("exercise-kit"), kit)
+
+
+@pytest.fixture(scope="session")
+def exercise_check(exercise_kit) -> tuple[int, dict]:
+    """``proflab check dataloader --json`` on the untouched exercise, in a kit of its own."""
+    return exercise_kit.check_json("dataloader")

@@ -1,0 +1,97 @@
+"""The learner's commands, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+
+from proflab import quiet
+
+
+def test_list_shows_every_lab_with_a_status(fresh_kit):
+    proc = fresh_kit.run("list")
+    assert proc.returncode == 0
+    assert "dataloader" in proc.stdout and "The starved DataLoader" in proc.stdout
+    assert "not started" in proc.stdout
+
+
+def test_hints_come_one_at_a_time_and_are_remembered(fresh_kit):
+    first = fresh_kit.run("hint", "1")
+    second = fresh_kit.run("hint", "dataloader")
+    assert "Hint 1/3" in first.stdout and "Hint 2/3" in second.stdout
+    assert "num_workers" not in first.stdout, "the first hint does not give the answer away"
+    progress = json.loads((fresh_kit.root / ".proflab" / "progress.json").read_text())
+    assert progress["labs"]["dataloader"]["hints_shown"] == 2
+    assert "Hint 3/3" in fresh_kit.run("hint", "1", "--all").stdout
+
+
+def test_reset_keeps_a_backup_and_restores_the_exercise(fresh_kit):
+    exercise = fresh_kit.lab1 / "exercise.py"
+    mine = exercise.read_text().replace("num_workers=0", "num_workers=3")
+    exercise.write_text(mine)
+    proc = fresh_kit.run("reset", "1")
+    assert proc.returncode == 0
+    assert exercise.read_bytes() == (fresh_kit.lab1 / "original.py").read_bytes()
+    backups = list((fresh_kit.root / ".proflab" / "backups" / "01-dataloader").glob("exercise-*.py"))
+    assert len(backups) == 1 and backups[0].read_text() == mine
+    assert backups[0].name in proc.stdout
+    again = fresh_kit.run("reset", "1")
+    assert "already untouched" in again.stdout
+
+
+def test_an_edited_original_is_noticed(fresh_kit):
+    original = fresh_kit.lab1 / "original.py"
+    original.write_text(original.read_text().replace("num_workers=0", "num_workers=1"))
+    proc = fresh_kit.run("check", "1")
+    assert proc.returncode == 3
+    assert "original.py was edited" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_usage_errors_exit_with_2(fresh_kit):
+    unknown = fresh_kit.run("check", "warp-drive")
+    assert unknown.returncode == 2
+    assert "no lab called 'warp-drive'" in unknown.stderr and "1 (dataloader)" in unknown.stderr
+    missing = fresh_kit.run("check", "1", "--file", "nowhere.py")
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    assert fresh_kit.run("check").returncode == 2
+    assert fresh_kit.run("run", "1", "--device", "tpu").returncode == 2
+
+
+def test_run_profiles_the_exercise_and_prints_the_table(fresh_kit):
+    proc = fresh_kit.run("run", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert 'sort_by="self_cpu_time_total"' in proc.stdout
+    assert "enumerate(DataLoader)#_SingleProcessDataLoaderIter" in proc.stdout
+    assert "ProfilerStep*" in proc.stdout
+    traces = list((fresh_kit.root / "runs" / "01-dataloader" / "yours").glob("yours.*.pt.trace.json"))
+    assert len(traces) == 1
+    assert "proflab tensorboard" in proc.stdout
+    for noise in ("gpuGetDeviceCount", "USDT:", "STAGE:", "Warning", "Traceback"):
+        assert noise not in proc.stdout + proc.stderr
+
+
+def test_the_lab_file_runs_directly_with_python(fresh_kit):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "solution.py"], cwd=fresh_kit.lab1, env=fresh_kit.env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "_MultiProcessingDataLoaderIter" in proc.stdout
+    assert list((fresh_kit.root / "runs" / "01-dataloader" / "reference").glob("*.pt.trace.json"))
+
+
+def test_heavy_profiler_options_are_opt_in(fresh_kit):
+    proc = fresh_kit.run("run", "1", "--version", "solution", "--record-shapes", "--with-stack")
+    assert proc.returncode == 0, proc.stderr
+    trace = next((fresh_kit.root / "runs" / "01-dataloader" / "reference").glob("*.pt.trace.json"))
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any("Input Dims" in e.get("args", {}) for e in events)
+    assert any(e.get("cat") == "python_function" for e in events)
+
+
+def test_kineto_noise_is_recognised_and_real_errors_are_not():
+    assert quiet.is_noise("ERROR:2026-11-30 00:47:54 1917:1917 DeviceProperties.cpp:56] gpuGetDeviceCount failed with code 35")
+    assert quiet.is_noise("USDT:2026-11-30 00:47:54 1917:1917 SyncActivityProfilerHandler.cpp:39] profiler_start")
+    assert not quiet.is_noise("RuntimeError: CUDA out of memory")
+    assert not quiet.is_noise("ERROR: my own message")

@@ -1,0 +1,48 @@
+"""Lab discovery and the manifests' promises, for every lab in labs/."""
+
+import pytest
+
+from proflab import labs
+from conftest import REPO
+
+ALL = labs.discover(REPO / "labs")
+
+
+def test_labs_are_found_and_numbered_from_one():
+    assert [lab.number for lab in ALL] == list(range(1, len(ALL) + 1))
+    assert ALL[0].name == "dataloader"
+
+
+@pytest.mark.parametrize("lab", ALL, ids=lambda lab: lab.name)
+def test_manifest_promises(lab):
+    assert lab.original_is_intact(), f"{lab.original} changed: update original_sha256 in lab.toml"
+    assert lab.exercise.read_bytes() == lab.original.read_bytes(), "the exercise must start as the original"
+    assert lab.solution.exists()
+    assert len(lab.hints) >= 2
+    assert set(lab.thresholds) >= {"cpu", "cuda"}
+    assert all(t > 1.0 for t in lab.thresholds.values())
+    assert lab.results and lab.evidence.metric
+    assert lab.workload.timed_steps >= 8 and lab.workload.rounds >= 3
+    assert lab.workload.profile_steps >= 2, "one warm-up step and at least one active step"
+
+
+@pytest.mark.parametrize("name", ["1", "01", "dataloader", "01-dataloader", "DataLoader"])
+def test_a_lab_is_named_by_number_or_name(name):
+    assert labs.resolve(name, ALL).name == "dataloader"
+
+
+def test_an_unknown_lab_lists_the_known_ones():
+    with pytest.raises(labs.LabNotFound, match=r"1 \(dataloader\)"):
+        labs.resolve("embeddings-on-mars", ALL)
+
+
+def test_the_lab_of_a_file():
+    assert labs.find_by_file(ALL[0].exercise, ALL) == ALL[0]
+    assert labs.find_by_file(REPO / "README.md", ALL) is None
+
+
+def test_a_broken_manifest_says_which_file(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "lab.toml").write_text("number = 1\nname = 'x'\n")
+    with pytest.raises(labs.ManifestError, match="lab.toml"):
+        labs.discover(tmp_path)
