@@ -1,0 +1,125 @@
+"""Benchmark the checker on this machine (not a test: it prints figures).
+
+For each lab asked for, it reports:
+
+* the end-to-end wall time of ``proflab check LAB`` on the untouched exercise
+  and on the reference solution (a real subprocess each time);
+* the speed-up the reference solution reaches: median, min–max and the
+  interquartile range over the repeats;
+* the profiler's overhead: the mean step time of the original with the
+  profiler recording every timed step, against the same steps unprofiled,
+  measured in alternating fresh subprocesses.
+
+Everything runs in a temporary copy of the labs, so the benchmark never
+touches your runs/ or progress. Usage:
+
+    python benchmarks/bench_checks.py --labs 1 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def proflab(root: Path, *args: str) -> tuple[float, int, dict | None]:
+    env = {**os.environ, "PROFLAB_ROOT": str(root)}
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "proflab", *args], cwd=root, env=env,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    data = json.loads(proc.stdout) if "--json" in args and proc.stdout.strip() else None
+    return wall, proc.returncode, data
+
+
+def spread(values: list[float]) -> str:
+    from proflab import stats
+
+    return (f"median {stats.median(values):.2f}, min–max {min(values):.2f}–{max(values):.2f}, "
+            f"IQR {stats.quantile(values, 0.25):.2f}–{stats.quantile(values, 0.75):.2f}")
+
+
+def overhead(lab, file: Path, repeats: int) -> dict[str, list[float]]:
+    from proflab import execute
+
+    plain, profiled = [], []
+    for i in range(repeats):
+        for mode in (("window", "timed") if i % 2 == 0 else ("timed", "window")):
+            outcome = execute.run(lab, file, f"overhead-{mode}", profile_mode=mode,
+                                  steps={"profile_steps": 0})
+            if not outcome.ok:
+                raise SystemExit(f"overhead run failed: {outcome.result}")
+            (plain if mode == "window" else profiled).append(outcome.mean_step_s)
+    return {"plain": plain, "profiled": profiled}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--labs", nargs="+", default=["1"])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--json-out", help="also write the raw figures here")
+    args = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="proflab-bench-"))
+    shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
+    os.environ["PROFLAB_ROOT"] = str(root)
+    from proflab import labs, stats
+
+    proflab(root, "data")
+    print(f"# proflab checker benchmark — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n")
+    figures = {}
+    for name in args.labs:
+        lab = labs.resolve(name)
+        ex_walls, sol_walls, speedups, noises, verdicts = [], [], [], [], []
+        for i in range(args.repeats):
+            wall, code, report = proflab(root, "check", name, "--json", "--device", args.device)
+            ex_walls.append(wall)
+            verdicts.append(("exercise", report["verdict"] if report else f"exit {code}"))
+            wall, code, report = proflab(root, "check", name, "--file", str(lab.solution), "--json",
+                                         "--device", args.device)
+            sol_walls.append(wall)
+            verdicts.append(("solution", report["verdict"] if report else f"exit {code}"))
+            if report and report.get("comparison"):
+                speedups.append(report["comparison"]["speedup"])
+                noises.append(report["comparison"]["noise"])
+            print(f"  lab {lab.number} repeat {i + 1}/{args.repeats}: exercise {verdicts[-2][1]}, "
+                  f"solution {verdicts[-1][1]} ({speedups[-1] if speedups else float('nan'):.2f}×)", flush=True)
+        over = {which: overhead(lab, file, args.repeats)
+                for which, file in (("original", lab.original), ("solution", lab.solution))}
+        figures[lab.name] = {"exercise_check_s": ex_walls, "solution_check_s": sol_walls, "speedup": speedups,
+                             "noise": noises, "verdicts": verdicts, "overhead": over,
+                             "device": report.get("device") if report else "?"}
+        wrong = sum(1 for who, v in verdicts if (who == "exercise") == (v == "passed"))
+        print(f"\n## Lab {lab.number} · {lab.title} ({figures[lab.name]['device']}, {args.repeats} repeats)\n")
+        print("| figure | value |\n|---|---|")
+        print(f"| `proflab check {name}` (untouched exercise), wall s | {spread(ex_walls)} |")
+        print(f"| `proflab check {name} --file solution.py`, wall s | {spread(sol_walls)} |")
+        if speedups:
+            print(f"| reference speed-up, × | {spread(speedups)} |")
+            print(f"| noise reported (MAD/median) | median ±{stats.median(noises):.1%} |")
+        print(f"| wrong verdicts | {wrong} of {len(verdicts)} |")
+        for which, o in over.items():
+            ratio = [p / q for p, q in zip(o["profiled"], o["plain"])]
+            print(f"| {which} step, unprofiled, ms | {spread([1000 * t for t in o['plain']])} |")
+            print(f"| {which} step, every step profiled, ms | {spread([1000 * t for t in o['profiled']])} |")
+            print(f"| {which}: profiler overhead, profiled / unprofiled | {spread(ratio)} |")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(figures, indent=2))
+    shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
