@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
 
 from proflab import quiet
 
@@ -71,9 +78,6 @@ def test_run_profiles_the_exercise_and_prints_the_table(fresh_kit):
 
 
 def test_the_lab_file_runs_directly_with_python(fresh_kit):
-    import subprocess
-    import sys
-
     proc = subprocess.run([sys.executable, "solution.py"], cwd=fresh_kit.lab1, env=fresh_kit.env(),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -95,3 +99,35 @@ def test_kineto_noise_is_recognised_and_real_errors_are_not():
     assert quiet.is_noise("USDT:2026-11-30 00:47:54 1917:1917 SyncActivityProfilerHandler.cpp:39] profiler_start")
     assert not quiet.is_noise("RuntimeError: CUDA out of memory")
     assert not quiet.is_noise("ERROR: my own message")
+
+
+def _runner_processes(root) -> list[str]:
+    """Command lines of every live process started for runs under ``root``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "proflab.runner" in cmdline and str(root) in cmdline:
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_stopping_a_check_stops_everything_it_started(fresh_kit, sig):
+    proc = subprocess.Popen([sys.executable, "-m", "proflab", "check", "1"], cwd=fresh_kit.root,
+                            env=fresh_kit.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not _runner_processes(fresh_kit.root) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _runner_processes(fresh_kit.root), "the check never started a run"
+    time.sleep(3)  # mid-run: torch imported, DataLoader loading
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "Interrupted" in err and "Traceback" not in err
+    time.sleep(0.5)
+    assert _runner_processes(fresh_kit.root) == []
+    assert not (fresh_kit.root / ".proflab" / "progress.json").exists(), "no verdict is recorded for a stopped check"
+    assert list((fresh_kit.root / ".proflab" / "tmp").iterdir()) == []

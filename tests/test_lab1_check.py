@@ -47,7 +47,9 @@ def test_reference_removes_most_of_the_dataloader_wait(solution_check):
     _, report = solution_check
     ev = report["evidence"]
     assert ev["metric"] == "dataloader_wait"
-    assert ev["original"]["details"]["share"] > 0.5, "the slow original waits on data most of each step"
+    # Every sample of a batch waits 3 ms on storage in the main process: a floor no machine load lowers.
+    assert ev["original"]["value"] >= 0.95 * 32 * 3.0
+    assert ev["original"]["details"]["share"] > 2 * ev["learner"]["details"]["share"]
     assert ev["learner"]["value"] <= 0.5 * ev["original"]["value"]
 
 
@@ -111,6 +113,14 @@ def test_a_file_that_hangs_is_stopped_at_the_time_limit(fresh_kit):
     assert runs["name"] == "runs"
     assert "did not finish within the time limit (25 s)" in runs["rationale"]
     assert report["duration_s"] < 60
+
+
+def test_a_file_that_crashes_the_interpreter(fresh_kit):
+    code, report = grade(fresh_kit, "lab1_crashes.py")
+    assert code == 1
+    runs = failing(report)
+    assert runs["name"] == "runs"
+    assert "killed by SIGSEGV" in runs["rationale"]
 
 
 def test_skipping_batches_fails_on_results(fresh_kit):

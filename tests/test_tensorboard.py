@@ -10,6 +10,8 @@ import sys
 import time
 import urllib.request
 
+import pytest
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -22,7 +24,8 @@ def get_json(url: str):
         return json.loads(response.read())
 
 
-def test_tensorboard_lists_lab1_runs_and_stops_cleanly(kit, solution_check):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_tensorboard_lists_lab1_runs_and_stops_cleanly(kit, solution_check, sig):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "proflab", "tensorboard", "--port", str(port)],
                             cwd=kit.root, env={**kit.env(), "PYTHONUNBUFFERED": "1"},
@@ -43,7 +46,7 @@ def test_tensorboard_lists_lab1_runs_and_stops_cleanly(kit, solution_check):
         plugins = get_json(f"{base}/data/plugins_listing")
         assert "pytorch_profiler" in plugins
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "TensorBoard stopped" in out

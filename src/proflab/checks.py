@@ -69,6 +69,7 @@ class Report:
     evidence: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, list[float]] = field(default_factory=lambda: {"original": [], "learner": []})
     step_times: dict[str, list[float]] = field(default_factory=lambda: {"original": [], "learner": []})
+    latency: dict[str, dict[str, float]] = field(default_factory=dict)  # per-step median and p95, ms
     traces: dict[str, str] = field(default_factory=dict)
     runs_dir: str = ""
     output: str = ""
@@ -296,7 +297,12 @@ def _faster(lab: labs.Lab, report: Report, faster: Check) -> None:
     threshold = lab.threshold(report.device)
     report.comparison = cmp.as_dict()
     report.threshold = threshold
-    measured = (f"{cmp.speedup:.2f}× ({cmp.original_s * 1000:.1f} ms → {cmp.learner_s * 1000:.1f} ms per step; "
+    lat = {which: {"median_ms": 1000 * stats.median(times), "p95_ms": 1000 * stats.quantile(times, 0.95)}
+           for which, times in report.step_times.items()}
+    report.latency = lat
+    measured = (f"{cmp.speedup:.2f}× (mean step {cmp.original_s * 1000:.1f} ms → {cmp.learner_s * 1000:.1f} ms; "
+                f"median {lat['original']['median_ms']:.1f} ms → {lat['learner']['median_ms']:.1f} ms, "
+                f"p95 {lat['original']['p95_ms']:.1f} ms → {lat['learner']['p95_ms']:.1f} ms; "
                 f"rounds {cmp.ratio_low:.2f}–{cmp.ratio_high:.2f}×, noise ±{cmp.noise:.0%})")
     expected = f"at least {threshold:g}× on {report.device}"
     if cmp.speedup >= threshold:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import sys
 from contextlib import contextmanager
 from datetime import datetime
@@ -312,12 +313,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return USAGE_ERROR
+    signal.signal(signal.SIGTERM, _interrupt)  # a kill stops children as cleanly as Ctrl-C does
     try:
         return args.func(args)
     except UsageError as e:

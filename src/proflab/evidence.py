@@ -119,8 +119,66 @@ def dataloader_wait(trace: Trace) -> Measure:
     )
 
 
+INDEXING_OPS = frozenset({
+    "aten::select", "aten::index", "aten::index_select", "aten::gather", "aten::take",
+    "aten::embedding", "aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only",
+})
+
+
+def indexing_ops(trace: Trace) -> Measure:
+    """Row lookups per step: indexing operators on the host, plus host-to-device copies on CUDA.
+
+    Counted on the host: every ``cpu_op`` event named in ``INDEXING_OPS`` that
+    starts inside a ``ProfilerStep#``. ``tensor[i]`` with an integer runs one
+    ``aten::select``; ``tensor[ids]`` one ``aten::index``; an ``nn.Embedding``
+    call one ``aten::embedding``; an ``nn.EmbeddingBag`` call one
+    ``aten::embedding_bag``. Only the outermost of nested ones counts: the
+    ``aten::index_select`` that ``aten::embedding`` runs inside itself is the
+    same lookup, not a second one. Slicing (``aten::slice``) is not counted.
+
+    Counted on CUDA: every ``gpu_memcpy`` event with ``HtoD`` in its name that
+    starts inside a step. Copying ids to the device costs one copy per tensor;
+    copying each looked-up row or pooled vector costs one per row.
+
+    The value is the sum of both, per step, averaged over the profiled steps.
+    """
+    steps = trace.steps
+    n = len(steps)
+    found = sorted(trace.within_steps(lambda e: e.cat == "cpu_op" and e.name in INDEXING_OPS),
+                   key=lambda e: (str(e.pid), str(e.tid), e.ts, -e.dur))
+    lookups: list[Event] = []
+    outer_end: dict[tuple[str, str], float] = {}
+    for e in found:
+        thread = (str(e.pid), str(e.tid))
+        if e.ts < outer_end.get(thread, float("-inf")):
+            continue  # inside a lookup already counted
+        lookups.append(e)
+        outer_end[thread] = e.end
+    copies = trace.within_steps(lambda e: e.cat == "gpu_memcpy" and "HtoD" in e.name)
+    on_cuda = any(e.cat in ("kernel", "gpu_memcpy", "gpu_memset") for e in trace.events)
+
+    by_name: dict[str, float] = {}
+    for e in lookups:
+        by_name[e.name] = by_name.get(e.name, 0.0) + 1.0 / n
+    per_step = len(lookups) / n
+    copies_per_step = len(copies) / n
+    value = round(per_step + copies_per_step, 1)
+    names = ", ".join(f"{count:.0f} {name}" for name, count in sorted(by_name.items(), key=lambda kv: -kv[1]))
+    summary = f"{per_step:.0f} indexing ops per step ({names or 'none'})"
+    if on_cuda:
+        summary += f" and {copies_per_step:.0f} host-to-device copies"
+    return Measure(
+        value=value,
+        unit="ops",
+        summary=summary,
+        details={"indexing_ops_per_step": per_step, "htod_copies_per_step": copies_per_step,
+                 "steps": float(n), **by_name},
+    )
+
+
 METRICS: dict[str, Callable[[Trace], Measure]] = {
     "dataloader_wait": dataloader_wait,
+    "indexing_ops": indexing_ops,
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -108,9 +109,18 @@ def run(
         "result_path": str(result_path),
         **(steps or {}),
     }
+    try:
+        return _run_in(scratch, spec, file, version, env={**os.environ, **quiet.QUIET_ENV, **w.env,
+                                                          "PYTHONUNBUFFERED": "1"},
+                       limit=timeout_s if timeout_s is not None else w.timeout_s)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: dict[str, str],
+            limit: float) -> Outcome:
     (scratch / "spec.json").write_text(json.dumps(spec))
-    env = {**os.environ, **quiet.QUIET_ENV, **w.env, "PYTHONUNBUFFERED": "1"}
-    limit = timeout_s if timeout_s is not None else w.timeout_s
+    result_path = Path(spec["result_path"])
     out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
     started = time.perf_counter()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
@@ -119,20 +129,16 @@ def run(
             stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=file.resolve().parent, env=env,
             start_new_session=True,
         )
+        timed_out = False
         try:
             proc.wait(timeout=limit)
-            status = None
         except subprocess.TimeoutExpired:
-            status = "timeout"
-        except KeyboardInterrupt:
+            timed_out = True
+        finally:  # also on Ctrl-C: stop the run and any stray workers or threads it left
             _kill_group(proc)
-            raise
-        finally:
-            _kill_group(proc)  # stray workers or threads the lab left behind
-    wall = time.perf_counter() - started
-    outcome = Outcome(version=version, file=file, status="", wall_s=wall, returncode=proc.returncode,
-                      stdout=_tail(out_path), stderr=_tail(err_path))
-    if status == "timeout":
+    outcome = Outcome(version=version, file=file, status="", wall_s=time.perf_counter() - started,
+                      returncode=proc.returncode, stdout=_tail(out_path), stderr=_tail(err_path))
+    if timed_out:
         outcome.status = "timeout"
         outcome.result = {"kind": "timeout", "message": f"did not finish within {limit:g} s"}
     elif result_path.exists():
@@ -141,7 +147,6 @@ def run(
     else:
         outcome.status = "crash"
         outcome.result = {"kind": "crash", "message": _crash_message(proc.returncode)}
-    _cleanup(scratch)
     return outcome
 
 
@@ -160,9 +165,3 @@ def _scratch_dir() -> Path:
     folder = paths.state_dir() / "tmp"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
-
-def _cleanup(scratch: Path) -> None:
-    for child in scratch.iterdir():
-        child.unlink(missing_ok=True)
-    scratch.rmdir()
