@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import compare, evidence, execute, labs, paths, stats
+from . import breakdown, compare, evidence, execute, labs, paths, stats
 from .labs import format_value
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -70,6 +70,7 @@ class Report:
     timings: dict[str, list[float]] = field(default_factory=lambda: {"original": [], "learner": []})
     step_times: dict[str, list[float]] = field(default_factory=lambda: {"original": [], "learner": []})
     latency: dict[str, dict[str, float]] = field(default_factory=dict)  # per-step median and p95, ms
+    breakdown: dict[str, dict[str, Any]] = field(default_factory=dict)  # where a profiled step's time went
     traces: dict[str, str] = field(default_factory=dict)
     runs_dir: str = ""
     output: str = ""
@@ -249,6 +250,8 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                 return
         report.timings["original"] = [o.mean_step_s for o in originals]
         report.timings["learner"] = [o.mean_step_s for o in learners]
+        report.step_times["original"] = [t for o in originals for t in o.result["step_times"]]
+        report.step_times["learner"] = [t for o in learners for t in o.result["step_times"]]
 
         if round_no == 1:
             runs.passed(f"{Path(file).name} ran all {lab.workload.total_steps} steps on {report.device}",
@@ -260,8 +263,6 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                 report.verdict = FAILED
                 return
 
-    report.step_times["original"] = [t for o in originals for t in o.result["step_times"]]
-    report.step_times["learner"] = [t for o in learners for t in o.result["step_times"]]
     _faster(lab, report, faster)
     report.verdict = PASSED if faster.status == PASSED else FAILED
 
@@ -280,6 +281,7 @@ def _evidence(lab: labs.Lab, report: Report, proof: Check) -> bool:
         return False
     report.evidence = {"metric": ev.metric, "label": ev.label, "unit": ev.unit,
                        "original": asdict(original), "learner": asdict(learner)}
+    report.breakdown = {which: asdict(breakdown.of(evidence.load(path))) for which, path in report.traces.items()}
     expected = ev.expectation(original.value)
     actual = f"{format_value(learner.value, ev.unit)}: {learner.summary} (original: {original.summary})"
     if ev.holds(learner.value, original.value):

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__, checks, execute, labs, paths, progress, report, tensorboard
+from . import __version__, checks, execute, labs, paths, progress, report, summaries, tensorboard
 
 USAGE_ERROR = 2
 out = Console(highlight=False)
@@ -137,6 +137,8 @@ def cmd_run(args) -> int:
     times = sorted(r["step_times"])
     out.print(f"Step time over {len(times)} timed steps: mean {r['mean_step_s'] * 1000:.1f} ms, "
               f"median {times[len(times) // 2] * 1000:.1f} ms (profiler off while timing)")
+    _summaries(lambda: summaries.write_step_times(lab, label, r["step_times"]))
+    progress.remember_run(lab.slug, label)
     if r.get("trace"):
         size = Path(r["trace"]).stat().st_size / 1e6
         out.print(f"Trace: {escape(paths.display(r['trace']))} ({size:.1f} MB)")
@@ -153,11 +155,23 @@ def cmd_check(args) -> int:
     if label == "yours" and result.verdict in (checks.PASSED, checks.FAILED):
         progress.record_check(lab.name, result.verdict == checks.PASSED,
                               (result.comparison or {}).get("speedup"), result.device)
+    if not result.error and result.step_times["learner"]:
+        with _status("Writing TensorBoard summaries…"):
+            _summaries(lambda: summaries.write_check(lab, result))
+        progress.remember_run(lab.slug, label)
     if args.json:
         print(report.to_json(result))
     else:
         report.render(result, out, verbose=args.verbose)
     return result.exit_code
+
+
+def _summaries(write) -> None:
+    """Summaries are a view of the verdict; failing to draw them never loses it."""
+    try:
+        write()
+    except Exception as e:  # noqa: BLE001
+        err.print(f"[yellow]![/] TensorBoard summaries were not written: {escape(str(e))}")
 
 
 def cmd_hint(args) -> int:
@@ -209,9 +223,8 @@ def cmd_tensorboard(args) -> int:
             err.print(f"[red]✗[/] {escape(str(e))}")
             return 1
     out.print(f"TensorBoard is serving {escape(paths.display(logdir))} at [bold]{tensorboard.url(args.host, args.port)}[/]")
-    first = _first_run_to_open(logdir)
-    if first:
-        out.print(f"Open first: PyTorch Profiler › run [bold]{escape(first)}[/] › Trace view")
+    for line in _what_to_open(logdir):
+        out.print(line)
     out.print("[dim]Press Ctrl-C to stop.[/]")
     try:
         proc.wait()
@@ -223,11 +236,23 @@ def cmd_tensorboard(args) -> int:
     return 0
 
 
-def _first_run_to_open(logdir: Path) -> str | None:
-    traces = sorted(logdir.glob("*/*/*.pt.trace.json*"), key=lambda p: p.stat().st_mtime)
-    if not traces:
-        return None
-    return f"{traces[-1].parent.parent.name}/{traces[-1].parent.name}"
+def _what_to_open(logdir: Path) -> list[str]:
+    """Point at the run the learner just made, and at what to compare it with."""
+    last = progress.last_run()
+    if last and (logdir / last["lab"] / last["run"]).is_dir():
+        run = f"{last['lab']}/{last['run']}"
+    else:
+        traces = sorted(logdir.glob("*/*/*.pt.trace.json*"), key=lambda p: p.stat().st_mtime)
+        if not traces:
+            return ["[dim]No runs yet: `proflab run 1` writes the first one.[/]"]
+        run = f"{traces[-1].parent.parent.name}/{traces[-1].parent.name}"
+    original = f"{run.split('/')[0]}/original"
+    lines = [f"Open first: PyTorch Profiler › run [bold]{escape(run)}[/] › Trace view"]
+    if run != original and (logdir / original).is_dir():
+        lines.append(f"  compare with run [bold]{escape(original)}[/] (the plugin's Diff view, or a second tab)")
+    lines.append(f"  Scalars › {summaries.STEP_TIME} · Text › {summaries.REPORT} · Images › {summaries.WHERE} "
+                 "[dim](these work offline)[/]")
+    return lines
 
 
 def cmd_data(args) -> int:

@@ -157,9 +157,10 @@ def indexing_ops(trace: Trace) -> Measure:
     copies = trace.within_steps(lambda e: e.cat == "gpu_memcpy" and "HtoD" in e.name)
     on_cuda = any(e.cat in ("kernel", "gpu_memcpy", "gpu_memset") for e in trace.events)
 
-    by_name: dict[str, float] = {}
+    counts: dict[str, int] = {}
     for e in lookups:
-        by_name[e.name] = by_name.get(e.name, 0.0) + 1.0 / n
+        counts[e.name] = counts.get(e.name, 0) + 1
+    by_name = {name: count / n for name, count in counts.items()}
     per_step = len(lookups) / n
     copies_per_step = len(copies) / n
     value = round(per_step + copies_per_step, 1)

@@ -58,3 +58,15 @@ def next_hint(name: str, total: int) -> int:
     lab["hints_shown"] = min(shown + 1, total)
     _save(data)
     return index
+
+
+def remember_run(lab_slug: str, run: str) -> None:
+    """The run a learner just made: ``proflab tensorboard`` points there first."""
+    data = load()
+    data["last_run"] = {"lab": lab_slug, "run": run,
+                        "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    _save(data)
+
+
+def last_run() -> dict[str, str] | None:
+    return load().get("last_run")

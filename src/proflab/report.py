@@ -24,6 +24,54 @@ def to_json(report: Report) -> str:
     return json.dumps(report.as_dict(), indent=2)
 
 
+_WORD = {PASSED: "✅ passed", FAILED: "❌ failed", SKIPPED: "– skipped"}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ") or " "
+
+
+def to_markdown(report: Report) -> str:
+    """The report as Markdown, for TensorBoard's Text dashboard."""
+    from pathlib import Path
+
+    from .breakdown import HOST_PARTS
+
+    verdict = {PASSED: "PASSED", FAILED: "FAILED"}.get(report.verdict, "NOT GRADED")
+    lines = [f"## Lab {report.number} · {report.title}: {verdict}", "",
+             f"`{Path(report.file).name}` (run `{report.label}`) against the original (run `original`), "
+             f"on {report.device}, in {report.duration_s:.0f} s.", ""]
+    if report.error:
+        return "\n".join(lines + [f"**Cannot grade:** {report.error}"])
+    lines += ["| check | verdict | expected | measured |", "|---|---|---|---|"]
+    for c in report.checks:
+        measured = c.actual if c.status != SKIPPED else "an earlier check failed"
+        lines.append(f"| {c.title} | {_WORD[c.status]} | {_cell(c.expected)} | {_cell(measured)} |")
+    if report.comparison:
+        cmp = report.comparison
+        lines += ["", f"**Speed-up:** {cmp['speedup']:.2f}× (threshold {report.threshold:g}×) · "
+                  f"rounds {cmp['ratio_low']:.2f}–{cmp['ratio_high']:.2f}× · noise ±{cmp['noise']:.0%} · "
+                  f"{cmp['rounds']} paired rounds"]
+    if report.breakdown:
+        names = [n for n in ("original", "learner") if n in report.breakdown]
+        header = ["original" if n == "original" else report.label for n in names]
+        lines += ["", "Where a profiled step's time went (host timeline, ms per step):", "",
+                  "| part | " + " | ".join(header) + " |", "|---" * (len(names) + 1) + "|"]
+        for part in HOST_PARTS:
+            cells = []
+            for n in names:
+                b = report.breakdown[n]
+                share = b["host_ms"][part] / b["step_ms"] if b["step_ms"] else 0.0
+                cells.append(f"{b['host_ms'][part]:.1f} ({share:.0%})")
+            lines.append(f"| {part} | " + " | ".join(cells) + " |")
+        lines.append("| device busy | " + " | ".join(f"{report.breakdown[n]['device_busy_ms']:.1f}" for n in names) + " |")
+        lines.append("| **step** | " + " | ".join(f"**{report.breakdown[n]['step_ms']:.1f}**" for n in names) + " |")
+    failed = next((c for c in report.checks if c.status == FAILED), None)
+    if failed and failed.help:
+        lines += ["", f"**Where to look next:** {failed.help}"]
+    return "\n".join(lines)
+
+
 def render(report: Report, console: Console, verbose: bool = False) -> None:
     console.print(f"[bold]Lab {report.number} · {escape(report.title)}[/]")
     console.print(f"[dim]checking {escape(paths.display(report.file))} against the original on {report.device}[/]")

@@ -221,6 +221,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             written = sorted(Path(trace_dir).glob(f"{spec['worker_name']}.*.pt.trace.json*"),
                              key=lambda p: p.stat().st_mtime)
             trace = str(written[-1]) if written else None
+            if trace:
+                from .traces import fix_for_plugin
+
+                fix_for_plugin(trace)
             if spec.get("table"):
                 averages = prof.key_averages()
                 key = _sort_key(device.type, averages)

@@ -1,0 +1,101 @@
+"""Where the time of a step went, read from a trace: the kit's own Overview.
+
+The profiler plugin's Overview needs the internet to draw its charts; this
+breakdown is what the kit shows instead (as a TensorBoard image and in the
+text report). Host time inside each ``ProfilerStep#`` is split into parts
+that never overlap, taken in this order:
+
+    DataLoader wait   inside ``enumerate(DataLoader)#…__next__``
+    syncs             the host waiting on the device or reading a value back:
+                      ``cuda*Synchronize`` and ``aten::_local_scalar_dense``
+                      (what ``.item()`` runs)
+    CPU ops           any other recorded operator or ``record_function`` range
+    other             the rest: Python between ops, the profiler's own work
+
+Device time (kernels, copies, memsets on the GPU) runs alongside the host and
+is reported beside the host parts, as the device's busy time per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .evidence import DATALOADER_PREFIX, Event, Trace
+
+HOST_PARTS = ("DataLoader wait", "syncs", "CPU ops", "other")
+SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+              "aten::_local_scalar_dense")
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+HOST_OP_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "python_function")
+
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    step_ms: float
+    host_ms: dict[str, float]  # HOST_PARTS, summing to step_ms
+    device_busy_ms: float
+    steps: int
+
+    def share(self, part: str) -> float:
+        return self.host_ms[part] / self.step_ms if self.step_ms else 0.0
+
+
+def _merge(intervals: list[Interval]) -> list[Interval]:
+    merged: list[Interval] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _length(intervals: list[Interval]) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def _subtract(intervals: list[Interval], taken: list[Interval]) -> list[Interval]:
+    """``intervals`` minus ``taken`` (both merged and sorted)."""
+    out: list[Interval] = []
+    for start, end in intervals:
+        cursor = start
+        for t_start, t_end in taken:
+            if t_end <= cursor or t_start >= end:
+                continue
+            if t_start > cursor:
+                out.append((cursor, t_start))
+            cursor = max(cursor, t_end)
+        if cursor < end:
+            out.append((cursor, end))
+    return out
+
+
+def _clip(events: list[Event], step: Event) -> list[Interval]:
+    return _merge([(max(e.ts, step.ts), min(e.end, step.end)) for e in events if e.ts < step.end and e.end > step.ts])
+
+
+def of(trace: Trace) -> Breakdown:
+    steps = trace.steps
+    dataloader = [e for e in trace.events if e.name.startswith(DATALOADER_PREFIX)]
+    syncs = [e for e in trace.events if e.name in SYNC_NAMES]
+    ops = [e for e in trace.events if e.cat in HOST_OP_CATEGORIES and not e.name.startswith("ProfilerStep#")
+           and not e.name.startswith(DATALOADER_PREFIX) and e.name not in SYNC_NAMES]
+    device = _merge([(e.ts, e.end) for e in trace.events if e.cat in DEVICE_CATEGORIES])
+
+    totals = dict.fromkeys(HOST_PARTS, 0.0)
+    for step in steps:
+        taken: list[Interval] = []
+        for part, events in (("DataLoader wait", dataloader), ("syncs", syncs), ("CPU ops", ops)):
+            mine = _subtract(_clip(events, step), taken)
+            totals[part] += _length(mine)
+            taken = _merge(taken + mine)
+        totals["other"] += step.dur - _length(taken)
+    n = len(steps)
+    return Breakdown(
+        step_ms=sum(s.dur for s in steps) / n / 1000.0,
+        host_ms={part: value / n / 1000.0 for part, value in totals.items()},
+        device_busy_ms=_length(device) / n / 1000.0,
+        steps=n,
+    )

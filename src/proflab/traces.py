@@ -1,0 +1,48 @@
+"""Traces the kit writes, made readable by TensorBoard's PyTorch Profiler plugin.
+
+torch-tb-profiler 0.4.3, the plugin's last release, was written for PyTorch
+1.x traces. PyTorch 2.x files every ``record_function`` range (your own labels
+and the DataLoader's ``enumerate(DataLoader)#…__next__``) under the category
+``user_annotation``, and the plugin drops every ``user_annotation`` event but
+``ProfilerStep#``. Its Overview then shows a DataLoader share of 0% and never
+recommends more workers, and your labels vanish from its Operator view.
+
+The kit re-files those ranges under ``cpu_op``, the category the plugin reads
+them from, right after ``tensorboard_trace_handler`` writes the file. Names,
+times and nesting are untouched, so the Trace view and every figure the kit
+measures stay the same. GPU-side annotations (``gpu_user_annotation``) are
+left alone.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from .atomic import write_text
+
+PLUGIN_CATEGORY = "cpu_op"
+
+
+def fix_for_plugin(path: str | Path) -> int:
+    """Re-file ``record_function`` ranges so the plugin counts them; returns how many."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        data = json.load(f)
+    changed = 0
+    for event in data.get("traceEvents", []):
+        if event.get("cat") == "user_annotation" and not str(event.get("name", "")).startswith("ProfilerStep#"):
+            event["cat"] = PLUGIN_CATEGORY
+            changed += 1
+    if changed:
+        text = json.dumps(data)
+        if path.suffix == ".gz":
+            tmp = path.with_name(path.name + ".tmp")
+            with gzip.open(tmp, "wt", encoding="utf-8") as f:
+                f.write(text)
+            tmp.replace(path)
+        else:
+            write_text(path, text)
+    return changed
