@@ -1,0 +1,155 @@
+"""``proflab check 2`` end to end on this machine's CPU: real subprocesses, real timings.
+
+As for lab 1, speed is never asserted against a fixed number of milliseconds,
+only the checker's verdicts and what it reports. The counts of lookups in the
+traces are exact: they depend on the requests, not on the machine's load.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import LEARNER_FILES, sharing_data
+from proflab import labs
+from proflab.labkit.recsys import RequestLog
+
+CHECK_NAMES = ["runs", "same_results", "evidence", "faster"]
+
+
+def statuses(report: dict) -> dict[str, str]:
+    return {c["name"]: c["status"] for c in report["checks"]}
+
+
+def failing(report: dict) -> dict:
+    return next(c for c in report["checks"] if c["status"] == "failed")
+
+
+def lab2_folder(kit):
+    return kit.root / "labs" / "02_embeddings"
+
+
+@pytest.fixture(scope="session")
+def lab2_solution(kit, tmp_path_factory):
+    """The reference fix, graded once in a kit of its own (its runs never mix with others')."""
+    k = sharing_data(tmp_path_factory.mktemp("lab2-solution-kit"), kit)
+    return k.check_json("2", "--file", str(lab2_folder(k) / "solution.py"))
+
+
+@pytest.fixture(scope="session")
+def lab2_exercise(kit, tmp_path_factory):
+    """``proflab check embeddings`` on the untouched exercise, in a kit of its own."""
+    k = sharing_data(tmp_path_factory.mktemp("lab2-exercise-kit"), kit)
+    return k.check_json("embeddings")
+
+
+def profiled_ids_per_batch(kit) -> float:
+    """How many ids the batches in the trace hold, on average: one lookup each in the original."""
+    lab = labs.load(lab2_folder(kit))
+    w = lab.workload
+    first = w.warmup_steps + w.timed_steps + 1  # the first profiled step is the profiler's warm-up
+    batches = list(RequestLog(kit.root / "data").batches(w.batch_size))[first:w.total_steps]
+    return sum(len(b.user_ids) + len(b.item_ids) for b in batches) / len(batches)
+
+
+def test_reference_solution_passes(lab2_solution):
+    code, report = lab2_solution
+    assert code == 0, report
+    assert report["verdict"] == "passed"
+    assert report["device"] == "cpu"
+    assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
+    cmp = report["comparison"]
+    assert cmp["speedup"] >= report["threshold"] == 10.0
+    assert cmp["rounds"] == 3
+    assert len(report["timings"]["original"]) == len(report["timings"]["learner"]) == 3
+
+
+def test_reference_latency_median_and_p95(lab2_solution):
+    _, report = lab2_solution
+    lat = report["latency"]
+    assert lat["learner"]["median_ms"] <= lat["learner"]["p95_ms"]
+    assert lat["original"]["median_ms"] <= lat["original"]["p95_ms"]
+    # A batch of the fix is answered faster than most batches of the original, even its slow ones.
+    assert lat["learner"]["p95_ms"] < lat["original"]["median_ms"]
+    faster = next(c for c in report["checks"] if c["name"] == "faster")
+    assert "median" in faster["actual"] and "p95" in faster["actual"] and "→" in faster["actual"]
+
+
+def test_reference_looks_up_a_batch_in_two_calls(kit, lab2_solution):
+    _, report = lab2_solution
+    ev = report["evidence"]
+    assert ev["metric"] == "indexing_ops"
+    # The original runs one aten::select per id: thousands per batch.
+    assert ev["original"]["value"] == pytest.approx(profiled_ids_per_batch(kit), abs=0.1)
+    assert ev["original"]["details"]["aten::select"] > 1000
+    # The reference: one nn.EmbeddingBag call per table and batch, nothing else.
+    assert ev["learner"]["value"] == 2
+    assert ev["learner"]["details"]["aten::embedding_bag"] == 2
+    assert ev["learner"]["details"]["htod_copies_per_step"] == 0  # no CUDA here
+
+
+def test_untouched_exercise_fails_on_the_evidence(lab2_exercise):
+    code, report = lab2_exercise
+    assert code == 1
+    assert report["verdict"] == "failed"
+    assert statuses(report) == {"runs": "passed", "same_results": "passed", "evidence": "failed",
+                                "faster": "skipped"}
+    evidence = failing(report)
+    assert evidence["rationale"].startswith("row lookups per batch is still")
+    assert "aten::select" in evidence["help"] and "Trace view" in evidence["help"]
+    assert report["comparison"] is None
+
+
+def grade(kit, name: str) -> tuple[int, dict]:
+    return kit.check_json("2", "--file", str(LEARNER_FILES / name))
+
+
+def test_sum_pooling_fails_on_results(fresh_kit):
+    code, report = grade(fresh_kit, "lab2_sum_pooling.py")
+    assert code == 1
+    assert statuses(report) == {"runs": "passed", "same_results": "failed", "evidence": "skipped",
+                                "faster": "skipped"}
+    same = failing(report)
+    assert same["rationale"].startswith("step 0: the click score of each request ('scores') differs")
+    assert "mean" in same["help"]
+
+
+def test_one_lookup_per_request_fails_on_the_evidence(fresh_kit):
+    code, report = grade(fresh_kit, "lab2_per_request.py")
+    assert code == 1
+    assert statuses(report)["same_results"] == "passed"
+    assert failing(report)["name"] == "evidence"
+    batch_size = labs.load(lab2_folder(fresh_kit)).workload.batch_size
+    learner = report["evidence"]["learner"]
+    assert learner["value"] == 2 * batch_size  # one aten::index per bag, two bags per request
+    assert learner["details"]["aten::index"] == 2 * batch_size
+
+
+def test_the_metric_counts_outermost_lookups_and_host_to_device_copies(tmp_path):
+    """A hand-made CUDA trace: nested lookups count once, HtoD copies count, DtoH ones do not."""
+    import json
+
+    from proflab import evidence
+
+    def op(name, ts, dur, cat="cpu_op", tid=1):
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+
+    events = [
+        op("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        op("aten::embedding", 10, 10), op("aten::index_select", 12, 5),  # one lookup, not two
+        op("aten::select", 30, 1), op("aten::select", 32, 1),
+        op("aten::slice", 40, 1),  # slicing is not a row lookup
+        op("Memcpy HtoD (Pageable -> Device)", 50, 2, cat="gpu_memcpy", tid=7),
+        op("Memcpy DtoH (Device -> Pageable)", 60, 2, cat="gpu_memcpy", tid=7),
+        op("ProfilerStep#2", 100, 100, cat="user_annotation"),
+        op("aten::embedding_bag", 110, 10), op("aten::_embedding_bag", 111, 8),
+        op("Memcpy HtoD (Pageable -> Device)", 150, 2, cat="gpu_memcpy", tid=7),
+        op("aten::select", 250, 1),  # after the last step: not counted
+    ]
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    m = evidence.measure("indexing_ops", path)
+    assert m.details["indexing_ops_per_step"] == 2.0  # (3 + 1) / 2
+    assert m.details["htod_copies_per_step"] == 1.0
+    assert m.value == 3.0
+    assert m.details["aten::select"] == 1.0 and m.details["aten::embedding_bag"] == 0.5
+    assert "host-to-device copies" in m.summary
