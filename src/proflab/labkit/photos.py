@@ -7,7 +7,7 @@ augmented on the CPU. The augmentation of sample ``i`` is seeded from ``i``
 alone, so every sample comes out the same whichever process loads it: the
 number of DataLoader workers changes the speed, never the data.
 
-Storage latency: ``STORAGE_LATENCY_MS`` (3 ms per sample) unless the
+Storage latency: ``STORAGE_LATENCY_MS`` (5 ms per sample) unless the
 environment variable ``PROFLAB_STORAGE_LATENCY_MS`` says otherwise.
 """
 
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-STORAGE_LATENCY_MS = 3.0
+STORAGE_LATENCY_MS = 5.0
 NUM_PHOTOS = 2048
 NUM_CLASSES = 10
 PHOTO_SIZE = 64
