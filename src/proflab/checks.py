@@ -219,7 +219,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                         same.failed(f"pipeline(cfg) yielded {done} steps; the original yields "
                                     f"{lab.workload.total_steps} for the same data",
                                     f"{lab.workload.total_steps} steps", f"{done} steps",
-                                    "take every batch the DataLoader gives, with the original batch size")
+                                    "keep every step of the original: the same batches, the same batch size")
                     else:
                         _runtime_failure(runs, outcome, lab, timeout)
                     report.verdict = FAILED

@@ -94,6 +94,7 @@ def run(
         "device": device,
         "batch_size": w.batch_size,
         "seed": w.seed,
+        "threads": w.threads,
         "data_dir": str(paths.data_dir()),
         "params": w.params,
         "warmup_steps": w.warmup_steps,

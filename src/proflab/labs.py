@@ -84,7 +84,7 @@ def format_value(value: float, unit: str) -> str:
         return f"{value * 100:.0f}%"
     if unit == "ms":
         return f"{value:.1f} ms"
-    return f"{value:g} {unit}".strip()
+    return f"{value:.4g} {unit}".strip()
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,7 @@ class Workload:
     rounds: int
     timeout_s: float
     seed: int = 0
+    threads: int | None = None  # torch intra-op threads for every version; None: torch's default
     params: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
 

@@ -135,6 +135,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
+    if spec.get("threads"):
+        torch.set_num_threads(spec["threads"])
     path = Path(spec["file"]).resolve()
     device = _resolve_device(spec["device"], torch)
     info = {"device": device.type, "torch": torch.__version__, "threads": torch.get_num_threads(),
