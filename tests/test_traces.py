@@ -28,7 +28,7 @@ def test_traces_load_as_json_with_steps_and_dataloader_events(solution_check):
         data = json.loads(Path(report["traces"][which]).read_text())
         names = [e.get("name", "") for e in data["traceEvents"]]
         steps = [n for n in names if n.startswith("ProfilerStep#")]
-        assert len(steps) == 3, "profile_steps = 4: one warm-up step, three active ones"
+        assert len(steps) == 5, "profile_steps = 6: one warm-up step, five active ones"
         assert any(n == f"enumerate(DataLoader)#{iterator}.__next__" for n in names)
 
 

@@ -1,7 +1,7 @@
 """Lab 1: the starved DataLoader.
 
 A small CNN learns to classify photos. The photos live on network storage:
-each read waits about 5 ms before a byte arrives, then the JPEG is decoded and
+each read waits about 8 ms before a byte arrives, then the JPEG is decoded and
 augmented on the CPU. The model itself is tiny. So where does a training step
 spend its time?
 

@@ -7,7 +7,7 @@ augmented on the CPU. The augmentation of sample ``i`` is seeded from ``i``
 alone, so every sample comes out the same whichever process loads it: the
 number of DataLoader workers changes the speed, never the data.
 
-Storage latency: ``STORAGE_LATENCY_MS`` (5 ms per sample) unless the
+Storage latency: ``STORAGE_LATENCY_MS`` (8 ms per sample) unless the
 environment variable ``PROFLAB_STORAGE_LATENCY_MS`` says otherwise.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import shutil
 import tempfile
 import time
@@ -24,7 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-STORAGE_LATENCY_MS = 5.0
+STORAGE_LATENCY_MS = 8.0
 NUM_PHOTOS = 2048
 NUM_CLASSES = 10
 PHOTO_SIZE = 64
@@ -100,16 +101,15 @@ class PhotoDataset(Dataset):
 
         time.sleep(self.latency_s)  # waiting on storage
         raw = (self.root / f"{index:05d}.jpg").read_bytes()
-        rgb = Image.open(io.BytesIO(raw)).convert("RGB")
-        x = torch.frombuffer(bytearray(rgb.tobytes()), dtype=torch.uint8)
-        x = x.view(PHOTO_SIZE, PHOTO_SIZE, 3).permute(2, 0, 1)
-        g = torch.Generator().manual_seed(_AUGMENT_SEED + index)
-        top, left = torch.randint(0, PHOTO_SIZE - CROP_SIZE + 1, (2,), generator=g).tolist()
-        x = x[:, top : top + CROP_SIZE, left : left + CROP_SIZE]
-        if torch.rand((), generator=g).item() < 0.5:
-            x = x.flip(-1)
-        x = (x.float() / 255.0 - _MEAN) / _STD
-        return x.contiguous(), self.labels[index]
+        img = Image.open(io.BytesIO(raw)).convert("RGB")
+        rng = random.Random(_AUGMENT_SEED + index)  # this sample's augmentation, in any process
+        top, left = rng.randrange(PHOTO_SIZE - CROP_SIZE + 1), rng.randrange(PHOTO_SIZE - CROP_SIZE + 1)
+        img = img.crop((left, top, left + CROP_SIZE, top + CROP_SIZE))
+        if rng.random() < 0.5:
+            img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        x = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(CROP_SIZE, CROP_SIZE, 3)
+        x = x.permute(2, 0, 1).float()
+        return (x / 255.0 - _MEAN) / _STD, self.labels[index]
 
 
 class SmallCNN(nn.Module):
@@ -118,11 +118,11 @@ class SmallCNN(nn.Module):
     def __init__(self, num_classes: int = NUM_CLASSES):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+            nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
         )
-        self.head = nn.Linear(32, num_classes)
+        self.head = nn.Linear(64, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x).flatten(1))

@@ -1,0 +1,38 @@
+"""TensorBoard in a real headless Chromium, offline: the pages a learner opens after a check.
+
+Screenshots go to the test's temporary folder; ``python tests/browser.py``
+regenerates the ones the docs show. In CI (``CI`` set) a missing browser is a
+failure, not a skip: ``tests/run.sh`` installs Debian's chromium.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import browser
+from proflab import tensorboard
+from test_tensorboard import free_port
+
+if not browser.available():
+    if os.environ.get("CI"):
+        raise RuntimeError("CI needs Debian's chromium, chromium-driver and selenium: see tests/run.sh")
+    pytest.skip("Debian's chromium and chromium-driver are not installed (tests/run.sh installs them)",
+                allow_module_level=True)
+
+
+def test_scalars_text_images_and_trace_view_render_offline(kit, solution_check, tmp_path):
+    code, _ = solution_check
+    assert code == 0
+    port = free_port()
+    proc = tensorboard.start(kit.root / "runs", port=port)
+    try:
+        shots = browser.tensorboard_screenshots(f"http://127.0.0.1:{port}", tmp_path, "01-dataloader/original")
+    finally:
+        tensorboard.stop(proc)
+    assert [p.name for p in shots] == ["tensorboard-scalars.png", "tensorboard-text.png",
+                                      "tensorboard-images.png", "profiler-trace-view.png"]
+    for shot in shots:
+        data = shot.read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 20_000, f"{shot.name} looks empty"
