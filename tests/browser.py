@@ -89,66 +89,14 @@ def dashboard(driver, base: str, name: str, needles: tuple[str, ...], out: Path,
     return path
 
 
-def _click_text(driver, text: str, timeout: float = 30.0) -> None:
-    from selenium.webdriver.common.by import By
+def tensorboard_screenshots(base: str, out: Path) -> list[Path]:
+    """The dashboards that work offline: Scalars, Text, Images; each asserted to have rendered.
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for el in driver.find_elements(By.XPATH, f"//*[normalize-space(text())='{text}']"):
-            if el.is_displayed():
-                el.click()
-                return
-        time.sleep(0.3)
-    raise AssertionError(f"nothing to click that reads {text!r}")
-
-
-def _select(driver, label: str, choice: str) -> None:
-    """Pick ``choice`` in the plugin's drop-down that follows the heading ``label``."""
-    from selenium.webdriver.common.by import By
-
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        boxes = driver.find_elements(
-            By.XPATH, f"//*[normalize-space(text())='{label}']/following::*[@role='button'][1]")
-        if boxes and boxes[0].is_displayed():
-            if boxes[0].text.strip() != choice:
-                boxes[0].click()
-                _click_text(driver, choice)
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"no drop-down under {label!r}")
-
-
-def profiler_trace(driver, base: str, run: str, out: Path) -> Path:
-    """The PyTorch Profiler plugin's Trace view of ``run``, which works offline."""
-    from selenium.webdriver.common.by import By
-
-    driver.get(f"{base}/data/plugin/pytorch_profiler/index.html")
-    wait_for_text(driver, "Runs", "Views")
-    _select(driver, "Runs", run)
-    _select(driver, "Views", "Trace")
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        frames = driver.find_elements(By.TAG_NAME, "iframe")
-        if frames:
-            driver.switch_to.frame(frames[0])
-            ready = driver.execute_script(
-                "return !!document.querySelector('tr-ui-timeline-view, tr-ui-b-drag-handle, #trace-viewer');")
-            events = "ProfilerStep" in deep_text(driver)
-            driver.switch_to.default_content()
-            if ready and events:
-                break
-        time.sleep(1)
-    else:
-        raise AssertionError("the Trace view never showed the trace's ProfilerStep events")
-    time.sleep(2)
-    path = out / "profiler-trace-view.png"
-    driver.save_screenshot(str(path))
-    return path
-
-
-def tensorboard_screenshots(base: str, out: Path, run: str) -> list[Path]:
-    """Scalars, Text, Images and the profiler's Trace view; each asserted to have rendered."""
+    The profiler plugin's own pages are not among them: its Overview and
+    Operator charts load Google Charts, and its Trace view loads a
+    web-components polyfill from cdnjs.cloudflare.com, so offline they never
+    finish loading. Their data is checked through the plugin's HTTP API instead.
+    """
     out.mkdir(parents=True, exist_ok=True)
     driver = chrome()
     try:
@@ -156,7 +104,6 @@ def tensorboard_screenshots(base: str, out: Path, run: str) -> list[Path]:
             dashboard(driver, base, "scalars", ("step_time_ms", "01-dataloader/original"), out),
             dashboard(driver, base, "text", ("checker_report", "The starved DataLoader", "Faster"), out),
             dashboard(driver, base, "images", ("where_the_time_went", "step_times"), out),
-            profiler_trace(driver, base, run, out),
         ]
     finally:
         driver.quit()
@@ -183,7 +130,7 @@ def main() -> None:
     port = free_port()
     proc = tensorboard.start(root / "runs", port=port)
     try:
-        for path in tensorboard_screenshots(f"http://127.0.0.1:{port}", Path(args.out), "01-dataloader/original"):
+        for path in tensorboard_screenshots(f"http://127.0.0.1:{port}", Path(args.out)):
             print(f"wrote {path}")
     finally:
         tensorboard.stop(proc)

@@ -22,17 +22,16 @@ if not browser.available():
                 allow_module_level=True)
 
 
-def test_scalars_text_images_and_trace_view_render_offline(kit, solution_check, tmp_path):
+def test_scalars_text_and_images_render_offline(kit, solution_check, tmp_path):
     code, _ = solution_check
     assert code == 0
     port = free_port()
     proc = tensorboard.start(kit.root / "runs", port=port)
     try:
-        shots = browser.tensorboard_screenshots(f"http://127.0.0.1:{port}", tmp_path, "01-dataloader/original")
+        shots = browser.tensorboard_screenshots(f"http://127.0.0.1:{port}", tmp_path)
     finally:
         tensorboard.stop(proc)
-    assert [p.name for p in shots] == ["tensorboard-scalars.png", "tensorboard-text.png",
-                                      "tensorboard-images.png", "profiler-trace-view.png"]
+    assert [p.name for p in shots] == ["tensorboard-scalars.png", "tensorboard-text.png", "tensorboard-images.png"]
     for shot in shots:
         data = shot.read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 20_000, f"{shot.name} looks empty"

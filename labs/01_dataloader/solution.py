@@ -13,6 +13,7 @@ epochs, and prefetch_factor sets how many batches each worker keeps ready.
 
 import torch
 import torch.nn.functional as F
+from torch.profiler import record_function
 from torch.utils.data import DataLoader
 
 from proflab.labkit.photos import PhotoDataset, SmallCNN
@@ -37,12 +38,13 @@ def pipeline(cfg):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
     for images, labels in loader:
-        images = images.to(cfg.device, non_blocking=on_cuda)
-        labels = labels.to(cfg.device, non_blocking=on_cuda)
-        loss = F.cross_entropy(model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        with record_function("train_step"):
+            images = images.to(cfg.device, non_blocking=on_cuda)
+            labels = labels.to(cfg.device, non_blocking=on_cuda)
+            loss = F.cross_entropy(model(images), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
         yield {"loss": loss, "labels": labels}
 
 

@@ -9,7 +9,37 @@ what the work is. Each lab names its data preparer in its manifest
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Callable
+
+
+def build_once(data_dir: str | os.PathLike, name: str, version: str, build: Callable[[Path], None]) -> Path:
+    """``data_dir/name``, built by ``build(folder)`` once per ``version``; safe if processes race.
+
+    The data is built in a temporary folder and renamed into place, with a
+    ``READY`` file naming its version, so no process ever reads half of it.
+    """
+    root = Path(data_dir) / name
+    ready = root / "READY"
+    if ready.exists() and ready.read_text().strip() == version:
+        return root
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=data_dir))
+    try:
+        build(tmp)
+        (tmp / "READY").write_text(version + "\n")
+        if root.exists():
+            shutil.rmtree(root, ignore_errors=True)
+        try:
+            os.replace(tmp, root)
+        except OSError:  # another process finished first
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
 
 
 def prepare(spec: str, data_dir: Path) -> Path:

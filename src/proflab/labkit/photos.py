@@ -16,14 +16,14 @@ from __future__ import annotations
 import io
 import os
 import random
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
+
+from . import build_once
 
 STORAGE_LATENCY_MS = 8.0
 NUM_PHOTOS = 2048
@@ -55,33 +55,20 @@ def _draw(index: int) -> torch.Tensor:
     return (img.clamp(0, 1) * 255).round().to(torch.uint8)
 
 
-def ensure_photos(data_dir: str | os.PathLike) -> Path:
-    """Generate the photos once; return their folder. Safe if several processes race."""
+def _write_photos(folder: Path) -> None:
     from PIL import Image
 
-    root = Path(data_dir) / "photos"
-    ready = root / "READY"
-    if ready.exists() and ready.read_text().strip() == _FORMAT:
-        return root
-    Path(data_dir).mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".photos-", dir=data_dir))
-    try:
-        labels = []
-        for i in range(NUM_PHOTOS):
-            array = _draw(i).permute(1, 2, 0).contiguous().numpy()
-            Image.fromarray(array).save(tmp / f"{i:05d}.jpg", quality=90)
-            labels.append(str(i % NUM_CLASSES))
-        (tmp / "labels.txt").write_text("\n".join(labels) + "\n")
-        (tmp / "READY").write_text(_FORMAT + "\n")
-        if root.exists():
-            shutil.rmtree(root, ignore_errors=True)
-        try:
-            os.replace(tmp, root)
-        except OSError:  # another process finished first
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root
+    labels = []
+    for i in range(NUM_PHOTOS):
+        array = _draw(i).permute(1, 2, 0).contiguous().numpy()
+        Image.fromarray(array).save(folder / f"{i:05d}.jpg", quality=90)
+        labels.append(str(i % NUM_CLASSES))
+    (folder / "labels.txt").write_text("\n".join(labels) + "\n")
+
+
+def ensure_photos(data_dir: str | os.PathLike) -> Path:
+    """Generate the photos once; return their folder."""
+    return build_once(data_dir, "photos", _FORMAT, _write_photos)
 
 
 class PhotoDataset(Dataset):

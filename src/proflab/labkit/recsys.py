@@ -21,14 +21,14 @@ version of the lab scores with exactly the same weights.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import torch
 from torch import nn
+
+from . import build_once
 
 NUM_REQUESTS = 6144
 USER_VOCAB = 100_000  # rows of the user table
@@ -53,32 +53,19 @@ def _bags(lengths: torch.Tensor, vocab: int, g: torch.Generator) -> tuple[torch.
     return ids, offsets
 
 
+def _write_requests(folder: Path) -> None:
+    g = torch.Generator().manual_seed(_REQUESTS_SEED)
+    user_lengths = torch.randint(USER_BAG[0], USER_BAG[1] + 1, (NUM_REQUESTS,), generator=g)
+    item_lengths = torch.randint(ITEM_BAG[0], ITEM_BAG[1] + 1, (NUM_REQUESTS,), generator=g)
+    user_ids, user_offsets = _bags(user_lengths, USER_VOCAB, g)
+    item_ids, item_offsets = _bags(item_lengths, ITEM_VOCAB, g)
+    torch.save({"user_ids": user_ids, "user_offsets": user_offsets,
+                "item_ids": item_ids, "item_offsets": item_offsets}, folder / "requests.pt")
+
+
 def ensure_requests(data_dir: str | os.PathLike) -> Path:
-    """Generate the request log once; return its folder. Safe if several processes race."""
-    root = Path(data_dir) / "requests"
-    ready = root / "READY"
-    if ready.exists() and ready.read_text().strip() == _FORMAT:
-        return root
-    Path(data_dir).mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".requests-", dir=data_dir))
-    try:
-        g = torch.Generator().manual_seed(_REQUESTS_SEED)
-        user_lengths = torch.randint(USER_BAG[0], USER_BAG[1] + 1, (NUM_REQUESTS,), generator=g)
-        item_lengths = torch.randint(ITEM_BAG[0], ITEM_BAG[1] + 1, (NUM_REQUESTS,), generator=g)
-        user_ids, user_offsets = _bags(user_lengths, USER_VOCAB, g)
-        item_ids, item_offsets = _bags(item_lengths, ITEM_VOCAB, g)
-        torch.save({"user_ids": user_ids, "user_offsets": user_offsets,
-                    "item_ids": item_ids, "item_offsets": item_offsets}, tmp / "requests.pt")
-        (tmp / "READY").write_text(_FORMAT + "\n")
-        if root.exists():
-            shutil.rmtree(root, ignore_errors=True)
-        try:
-            os.replace(tmp, root)
-        except OSError:  # another process finished first
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return root
+    """Generate the request log once; return its folder."""
+    return build_once(data_dir, "requests", _FORMAT, _write_requests)
 
 
 def _split(ids: torch.Tensor, offsets: torch.Tensor) -> list[list[int]]:
