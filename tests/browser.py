@@ -89,13 +89,37 @@ def dashboard(driver, base: str, name: str, needles: tuple[str, ...], out: Path,
     return path
 
 
+def timeline(driver, base: str, out: Path) -> Path:
+    """The kit's "Trace timeline" tab: the profiler's trace viewer, offline."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{base}/#proflab_timeline")
+    deadline = time.monotonic() + 90
+    steps = ""
+    while time.monotonic() < deadline:
+        frames = driver.find_elements(By.TAG_NAME, "iframe")
+        if frames:
+            driver.switch_to.frame(frames[0])
+            steps = driver.execute_script("return document.body ? (document.body.dataset.steps || '') : ''")
+            driver.switch_to.default_content()
+            if steps:
+                break
+        time.sleep(1)
+    assert steps and int(steps) > 0, "the timeline never showed the trace's ProfilerStep# events"
+    time.sleep(2)
+    path = out / "tensorboard-trace-timeline.png"
+    driver.save_screenshot(str(path))
+    return path
+
+
 def tensorboard_screenshots(base: str, out: Path) -> list[Path]:
-    """The dashboards that work offline: Scalars, Text, Images; each asserted to have rendered.
+    """The views that work offline, each asserted to have rendered.
 
     The profiler plugin's own pages are not among them: its Overview and
     Operator charts load Google Charts, and its Trace view loads a
     web-components polyfill from cdnjs.cloudflare.com, so offline they never
-    finish loading. Their data is checked through the plugin's HTTP API instead.
+    finish loading. Their data is checked through the plugin's HTTP API, and
+    the kit's Trace timeline tab shows the same trace viewer offline.
     """
     out.mkdir(parents=True, exist_ok=True)
     driver = chrome()
@@ -104,6 +128,7 @@ def tensorboard_screenshots(base: str, out: Path) -> list[Path]:
             dashboard(driver, base, "scalars", ("step_time_ms", "01-dataloader/original"), out),
             dashboard(driver, base, "text", ("checker_report", "The starved DataLoader", "Faster"), out),
             dashboard(driver, base, "images", ("where_the_time_went", "step_times"), out),
+            timeline(driver, base, out),
         ]
     finally:
         driver.quit()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -130,3 +131,26 @@ def test_charts_are_image_summaries(server, tag):
     sample = fetch_json(base, "/data/plugin/images/images", run=RUNS["learner"], tag=tag, sample=0)[0]
     png = fetch(base, "/data/plugin/images/individualImage?" + sample["query"])
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def test_the_trace_timeline_tab_serves_traces_offline(server, kit):
+    base, report = server
+    plugins = fetch_json(base, "/data/plugins_listing")
+    assert plugins["proflab_timeline"]["enabled"] and plugins["proflab_timeline"]["tab_name"] == "Trace timeline"
+    runs = fetch_json(base, "/data/plugin/proflab_timeline/runs")
+    assert set(RUNS.values()) <= set(runs)
+    served = json.loads(fetch(base, "/data/plugin/proflab_timeline/trace", run=RUNS["original"]))
+    with open(report["traces"]["original"]) as f:
+        assert served == json.load(f)
+    page = fetch(base, "/data/plugin/proflab_timeline/index.html").decode()
+    assert 'src="webcomponents.min.js"' in page and "cdnjs" not in page and "https://" not in page
+    assert fetch(base, "/data/plugin/proflab_timeline/webcomponents.min.js").startswith(b"/**")
+    assert b"tr-ui-timeline-view" in fetch(base, "/data/plugin/proflab_timeline/trace_viewer_full.html")
+
+
+@pytest.mark.parametrize("run", ["../../etc", "01-dataloader", "nope/original"])
+def test_the_timeline_serves_only_traces_under_the_runs_folder(server, run):
+    base, _ = server
+    with pytest.raises(urllib.error.HTTPError) as e:
+        fetch(base, "/data/plugin/proflab_timeline/trace", run=run)
+    assert e.value.code == 404

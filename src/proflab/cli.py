@@ -247,11 +247,12 @@ def _what_to_open(logdir: Path) -> list[str]:
             return ["[dim]No runs yet: `proflab run 1` writes the first one.[/]"]
         run = f"{traces[-1].parent.parent.name}/{traces[-1].parent.name}"
     original = f"{run.split('/')[0]}/original"
-    lines = [f"Open first: PyTorch Profiler › run [bold]{escape(run)}[/] › Trace view"]
+    lines = [f"Open first: the [bold]Trace timeline[/] tab, run [bold]{escape(run)}[/]"]
     if run != original and (logdir / original).is_dir():
-        lines.append(f"  compare with run [bold]{escape(original)}[/] (the plugin's Diff view, or a second tab)")
-    lines.append(f"  Scalars › {summaries.STEP_TIME} · Text › {summaries.REPORT} · Images › {summaries.WHERE} "
-                 "[dim](these work offline)[/]")
+        lines.append(f"  then the same tab on run [bold]{escape(original)}[/] to compare")
+    lines.append(f"  Scalars › {summaries.STEP_TIME} · Text › {summaries.REPORT} · Images › {summaries.WHERE}")
+    lines.append("  [dim]All of these work offline. The PyTorch Profiler tab's charts and Trace view "
+                 "need the internet.[/]")
     return lines
 
 

@@ -1,0 +1,98 @@
+"""A TensorBoard tab that shows the kit's traces as a timeline, with no network.
+
+The PyTorch Profiler plugin's Trace view embeds Chromium's trace viewer
+(``trace_viewer_full.html``, shipped inside torch-tb-profiler) but loads the
+web-components polyfill that viewer needs from cdnjs.cloudflare.com. Offline,
+that page never renders. This tab serves the same viewer file, read from the
+installed plugin at run time (nothing of the plugin is copied), together with
+a local copy of that polyfill (``timeline_static/``), and feeds it the trace
+files under TensorBoard's log folder.
+
+Registered through the ``tensorboard_plugins`` entry point in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+from tensorboard.plugins import base_plugin
+from werkzeug import Request, Response, wrappers
+
+STATIC = Path(__file__).resolve().parent / "timeline_static"
+TRACE_GLOB = "*.pt.trace.json*"
+
+
+def viewer_file() -> Path | None:
+    """``trace_viewer_full.html`` of the installed torch-tb-profiler, if any."""
+    spec = importlib.util.find_spec("torch_tb_profiler")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "static" / "trace_viewer_full.html"
+    return path if path.exists() else None
+
+
+class TimelinePlugin(base_plugin.TBPlugin):
+    plugin_name = "proflab_timeline"
+
+    def __init__(self, context: base_plugin.TBContext):
+        self.logdir = Path(context.logdir).resolve() if context.logdir else None
+
+    def frontend_metadata(self):
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Trace timeline",
+                                            disable_reload=True)
+
+    def is_active(self) -> bool:
+        return bool(self._runs())
+
+    def get_plugin_apps(self):
+        return {
+            "/index.js": self._static("index.js", "application/javascript"),
+            "/index.html": self._static("index.html", "text/html"),
+            "/webcomponents.min.js": self._static("webcomponents.min.js", "application/javascript"),
+            "/trace_viewer_full.html": self._viewer,
+            "/runs": self._runs_route,
+            "/trace": self._trace_route,
+        }
+
+    def _runs(self) -> dict[str, Path]:
+        """Run name (its folder under the log folder) → its newest trace file."""
+        if self.logdir is None or not self.logdir.is_dir():
+            return {}
+        newest: dict[str, Path] = {}
+        for trace in self.logdir.rglob(TRACE_GLOB):
+            run = trace.parent.relative_to(self.logdir).as_posix()
+            if run not in newest or trace.stat().st_mtime > newest[run].stat().st_mtime:
+                newest[run] = trace
+        return dict(sorted(newest.items()))
+
+    @staticmethod
+    def _static(name: str, content_type: str):
+        @wrappers.Request.application
+        def serve(request: Request) -> Response:
+            return Response((STATIC / name).read_bytes(), content_type=content_type)
+
+        return serve
+
+    @wrappers.Request.application
+    def _viewer(self, request: Request) -> Response:
+        path = viewer_file()
+        if path is None:
+            return Response("torch-tb-profiler is not installed: its trace viewer is missing", status=404)
+        return Response(path.read_bytes(), content_type="text/html")
+
+    @wrappers.Request.application
+    def _runs_route(self, request: Request) -> Response:
+        return Response(json.dumps(list(self._runs())), content_type="application/json")
+
+    @wrappers.Request.application
+    def _trace_route(self, request: Request) -> Response:
+        trace = self._runs().get(request.args.get("run", ""))
+        if trace is None:  # only files found under the log folder are ever served
+            return Response("no such run", status=404)
+        data = trace.read_bytes()
+        if trace.suffix == ".gz":
+            data = gzip.decompress(data)
+        return Response(data, content_type="application/json")
