@@ -131,3 +131,16 @@ def test_stopping_a_check_stops_everything_it_started(fresh_kit, sig):
     assert _runner_processes(fresh_kit.root) == []
     assert not (fresh_kit.root / ".proflab" / "progress.json").exists(), "no verdict is recorded for a stopped check"
     assert list((fresh_kit.root / ".proflab" / "tmp").iterdir()) == []
+
+
+def test_quickstart_prepares_data_grades_the_reference_and_says_where_to_look(fresh_kit):
+    proc = fresh_kit.run("quickstart")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "data ready in data/photos" in out
+    assert "PASSED · lab 1 (dataloader)" in out
+    assert "Traces: runs/01-dataloader/" in out and "proflab tensorboard" in out
+    assert list((fresh_kit.root / "runs" / "01-dataloader" / "reference").glob("*.pt.trace.json"))
+    assert not (fresh_kit.root / ".proflab" / "progress.json").exists() or \
+        "dataloader" not in json.loads((fresh_kit.root / ".proflab" / "progress.json").read_text())["labs"], \
+        "grading the reference is not the learner's progress"

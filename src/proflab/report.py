@@ -24,7 +24,7 @@ def to_json(report: Report) -> str:
     return json.dumps(report.as_dict(), indent=2)
 
 
-_WORD = {PASSED: "✅ passed", FAILED: "❌ failed", SKIPPED: "– skipped"}
+_WORD = {PASSED: "passed", FAILED: "**failed**", SKIPPED: "skipped"}
 
 
 def _cell(text: str) -> str:
