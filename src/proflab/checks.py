@@ -111,7 +111,7 @@ def where_to_look(lab: labs.Lab) -> str:
     return f"run `proflab hint {lab.name}` for a hint, and `proflab tensorboard` to compare the traces"
 
 
-def _runtime_failure(check: Check, outcome: execute.Outcome, lab: labs.Lab, timeout: float) -> None:
+def runtime_failure(check: Check, outcome: execute.Outcome, lab: labs.Lab, timeout: float) -> None:
     r = outcome.result
     name = Path(r.get("file") or outcome.file).name
     place = f"{name}, line {r['line']}" if r.get("line") else name
@@ -182,7 +182,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
     try:
         compile(file.read_bytes(), str(file), "exec")
     except SyntaxError as e:  # no need to start a process to find this one
-        _runtime_failure(runs, execute.Outcome("learner", file, "error", result={
+        runtime_failure(runs, execute.Outcome("learner", file, "error", result={
             "kind": "syntax", "message": f"SyntaxError: {e.msg}", "file": str(file), "line": e.lineno,
             "code": (e.text or "").strip()}), lab, timeout)
         report.verdict = FAILED
@@ -192,18 +192,18 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
     learners: list[execute.Outcome] = []
 
     def run_one(which: str, round_no: int) -> execute.Outcome:
+        nonlocal device
         first = not (originals if which == "original" else learners)
         name = "original" if which == "original" else label
         on_progress(f"round {round_no}/{rounds}: running the {'original' if which == 'original' else Path(file).name}")
-        outcome = execute.run(lab, lab.original if which == "original" else file, name, device=resolved[0],
+        outcome = execute.run(lab, lab.original if which == "original" else file, name, device=device,
                               trace_dir=fresh_trace_dir(lab, name) if first else None, timeout_s=timeout)
-        if outcome.ok and resolved[0] == "auto":
-            resolved[0] = outcome.result["device"]
+        if outcome.ok and device == "auto":  # both versions then run where the first one did
+            device = outcome.result["device"]
         if outcome.ok and first and outcome.result.get("trace"):
             report.traces[which] = outcome.result["trace"]
         return outcome
 
-    resolved = [device]
     for round_no in range(1, rounds + 1):
         order = ("learner", "original") if round_no % 2 else ("original", "learner")
         for which in order:
@@ -221,7 +221,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                                     f"{lab.workload.total_steps} steps", f"{done} steps",
                                     "keep every step of the original: the same batches, the same batch size")
                     else:
-                        _runtime_failure(runs, outcome, lab, timeout)
+                        runtime_failure(runs, outcome, lab, timeout)
                     report.verdict = FAILED
                     return
                 learners.append(outcome)
@@ -237,7 +237,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                     report.error = f"two runs of the original disagree ({diff.message}): the lab is not deterministic here"
                     return
                 originals.append(outcome)
-        report.device = resolved[0]
+        report.device = device
 
         for run in learners[len(report.timings["learner"]):]:
             diff = compare.compare(originals[0].result["results"], run.result["results"], lab.results)

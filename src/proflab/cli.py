@@ -116,7 +116,7 @@ def cmd_run(args) -> int:
         out.print(escape(outcome.stdout.rstrip()))
     if not outcome.ok:
         check = checks.Check("runs", "It runs", "")
-        checks._runtime_failure(check, outcome, lab, args.timeout or w.timeout_s)
+        checks.runtime_failure(check, outcome, lab, args.timeout or w.timeout_s)
         err.print(f"[red]✗[/] {escape(check.rationale)}")
         for line in check.details:
             err.print(f"  [dim]{escape(line)}[/]")
