@@ -61,7 +61,7 @@ def overhead(lab, file: Path, repeats: int) -> dict[str, list[float]]:
             if not outcome.ok:
                 raise SystemExit(f"overhead run failed: {outcome.result}")
             (plain if mode == "window" else profiled).append(outcome.mean_step_s)
-    return {"plain": plain, "profiled": profiled}
+    return {"plain": plain, "profiled": profiled, "device": outcome.result["device"]}
 
 
 def main() -> None:
@@ -70,6 +70,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--json-out", help="also write the raw figures here")
+    parser.add_argument("--overhead-only", action="store_true", help="measure only the profiler's overhead")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="proflab-bench-"))
@@ -84,7 +85,8 @@ def main() -> None:
     for name in args.labs:
         lab = labs.resolve(name)
         ex_walls, sol_walls, speedups, noises, verdicts = [], [], [], [], []
-        for i in range(args.repeats):
+        report = None
+        for i in range(0 if args.overhead_only else args.repeats):
             wall, code, report = proflab(root, "check", name, "--json", "--device", args.device)
             ex_walls.append(wall)
             verdicts.append(("exercise", report["verdict"] if report else f"exit {code}"))
@@ -101,16 +103,18 @@ def main() -> None:
                 for which, file in (("original", lab.original), ("solution", lab.solution))}
         figures[lab.name] = {"exercise_check_s": ex_walls, "solution_check_s": sol_walls, "speedup": speedups,
                              "noise": noises, "verdicts": verdicts, "overhead": over,
-                             "device": report.get("device") if report else "?"}
+                             "device": over["original"]["device"]}
         wrong = sum(1 for who, v in verdicts if (who == "exercise") == (v == "passed"))
         print(f"\n## Lab {lab.number} · {lab.title} ({figures[lab.name]['device']}, {args.repeats} repeats)\n")
         print("| figure | value |\n|---|---|")
-        print(f"| `proflab check {name}` (untouched exercise), wall s | {spread(ex_walls)} |")
-        print(f"| `proflab check {name} --file solution.py`, wall s | {spread(sol_walls)} |")
+        if ex_walls:
+            print(f"| `proflab check {name}` (untouched exercise), wall s | {spread(ex_walls)} |")
+            print(f"| `proflab check {name} --file solution.py`, wall s | {spread(sol_walls)} |")
         if speedups:
             print(f"| reference speed-up, × | {spread(speedups)} |")
             print(f"| noise reported (MAD/median) | median ±{stats.median(noises):.1%} |")
-        print(f"| wrong verdicts | {wrong} of {len(verdicts)} |")
+        if verdicts:
+            print(f"| wrong verdicts | {wrong} of {len(verdicts)} |")
         for which, o in over.items():
             ratio = [p / q for p, q in zip(o["profiled"], o["plain"])]
             print(f"| {which} step, unprofiled, ms | {spread([1000 * t for t in o['plain']])} |")
