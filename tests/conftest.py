@@ -20,6 +20,19 @@ REPO = Path(__file__).resolve().parents[1]
 LEARNER_FILES = Path(__file__).resolve().parent / "learner_files"
 
 
+CHECK_NAMES = ["runs", "same_results", "evidence", "faster"]
+
+
+def statuses(report: dict) -> dict[str, str]:
+    """Each check's status in a ``--json`` report."""
+    return {c["name"]: c["status"] for c in report["checks"]}
+
+
+def failing(report: dict) -> dict:
+    """The check that failed (the chain stops at the first)."""
+    return next(c for c in report["checks"] if c["status"] == "failed")
+
+
 class Kit:
     def __init__(self, root: Path):
         self.root = root

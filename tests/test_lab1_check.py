@@ -9,19 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import LEARNER_FILES, REPO
+from conftest import CHECK_NAMES, LEARNER_FILES, REPO, failing, statuses
 from proflab import labs
-
-CHECK_NAMES = ["runs", "same_results", "evidence", "faster"]
-
-
-def statuses(report: dict) -> dict[str, str]:
-    return {c["name"]: c["status"] for c in report["checks"]}
-
-
-def failing(report: dict) -> dict:
-    return next(c for c in report["checks"] if c["status"] == "failed")
-
 
 def test_reference_solution_passes(solution_check):
     code, report = solution_check

@@ -9,20 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import LEARNER_FILES, sharing_data
+from conftest import CHECK_NAMES, LEARNER_FILES, failing, sharing_data, statuses
 from proflab import labs
 from proflab.labkit.recsys import RequestLog
-
-CHECK_NAMES = ["runs", "same_results", "evidence", "faster"]
-
-
-def statuses(report: dict) -> dict[str, str]:
-    return {c["name"]: c["status"] for c in report["checks"]}
-
-
-def failing(report: dict) -> dict:
-    return next(c for c in report["checks"] if c["status"] == "failed")
-
 
 def lab2_folder(kit):
     return kit.root / "labs" / "02_embeddings"

@@ -187,7 +187,7 @@ def cmd_hint(args) -> int:
         out.print(f"[bold]Hint {i + 1}/{len(lab.hints)}[/] · lab {lab.number} ({lab.name})")
         out.print(escape(lab.hints[i]) + "\n")
     if not args.all and shown[0] + 1 < len(lab.hints):
-        out.print(f"[dim]Run it again for the next hint.[/]")
+        out.print("[dim]Run it again for the next hint.[/]")
     return 0
 
 
