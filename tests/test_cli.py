@@ -137,7 +137,7 @@ def test_quickstart_prepares_data_grades_the_reference_and_says_where_to_look(fr
     proc = fresh_kit.run("quickstart")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert "data ready in data/photos" in out
+    assert "lab 1 (dataloader): data ready in" in out and "photos" in out
     assert "PASSED · lab 1 (dataloader)" in out
     assert "Traces: runs/01-dataloader/" in out and "proflab tensorboard" in out
     assert list((fresh_kit.root / "runs" / "01-dataloader" / "reference").glob("*.pt.trace.json"))
