@@ -12,6 +12,7 @@ import pytest
 from conftest import CHECK_NAMES, LEARNER_FILES, REPO, failing, statuses
 from proflab import labs
 
+
 def test_reference_solution_passes(solution_check):
     code, report = solution_check
     assert code == 0, report

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
@@ -33,8 +34,6 @@ def _cell(text: str) -> str:
 
 def to_markdown(report: Report) -> str:
     """The report as Markdown, for TensorBoard's Text dashboard."""
-    from pathlib import Path
-
     from .breakdown import HOST_PARTS
 
     verdict = {PASSED: "PASSED", FAILED: "FAILED"}.get(report.verdict, "NOT GRADED")
@@ -118,8 +117,6 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
 
 
 def _run_name(trace_path: str) -> str:
-    from pathlib import Path
-
     return Path(trace_path).parent.name
 
 

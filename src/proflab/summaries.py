@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import charts, labs, paths
+from . import charts, labs
 from .breakdown import Breakdown
-from .checks import Report
+from .checks import Report, trace_dir
 
 STEP_TIME = "step_time_ms"
 REPORT = "checker_report"
@@ -34,11 +34,15 @@ def _writer(folder: Path):
     return SummaryWriter(log_dir=str(folder))
 
 
+def _step_times(writer, step_times_s: list[float]) -> None:
+    for i, t in enumerate(step_times_s):
+        writer.add_scalar(STEP_TIME, t * 1000.0, i)
+
+
 def write_step_times(lab: labs.Lab, label: str, step_times_s: list[float]) -> Path:
-    folder = paths.runs_dir() / lab.slug / label
+    folder = trace_dir(lab, label)
     with _writer(folder) as w:
-        for i, t in enumerate(step_times_s):
-            w.add_scalar(STEP_TIME, t * 1000.0, i)
+        _step_times(w, step_times_s)
     return folder
 
 
@@ -48,10 +52,9 @@ def write_check(lab: labs.Lab, report: Report) -> Path:
 
     if report.step_times["original"]:
         write_step_times(lab, "original", report.step_times["original"])
-    folder = paths.runs_dir() / lab.slug / report.label
+    folder = trace_dir(lab, report.label)
     with _writer(folder) as w:
-        for i, t in enumerate(report.step_times["learner"]):
-            w.add_scalar(STEP_TIME, t * 1000.0, i)
+        _step_times(w, report.step_times["learner"])
         w.add_text(REPORT, to_markdown(report))
         names = {"original": "original", "learner": report.label}
         if report.breakdown:
