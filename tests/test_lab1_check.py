@@ -21,7 +21,7 @@ def test_reference_solution_passes(solution_check):
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
     cmp = report["comparison"]
     assert cmp["speedup"] >= report["threshold"] >= 2.0
-    assert cmp["rounds"] == 3
+    assert cmp["rounds"] >= 3
     # every round was timed: one mean step time per run, per version
     assert len(report["timings"]["original"]) == len(report["timings"]["learner"]) == 3
     ratios = [o / m for o, m in zip(report["timings"]["original"], report["timings"]["learner"])]

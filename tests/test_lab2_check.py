@@ -48,7 +48,7 @@ def test_reference_solution_passes(lab2_solution):
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
     cmp = report["comparison"]
     assert cmp["speedup"] >= report["threshold"] == 10.0
-    assert cmp["rounds"] == 3
+    assert cmp["rounds"] >= 3
     assert len(report["timings"]["original"]) == len(report["timings"]["learner"]) == 3
 
 

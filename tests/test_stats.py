@@ -26,11 +26,11 @@ def test_mad_ignores_one_outlier():
     assert stats.relative_noise(values) == pytest.approx(0.1)
 
 
-def test_compare_pairs_rounds_and_takes_the_median_ratio():
+def test_compare_pairs_rounds_and_takes_the_geometric_mean_ratio():
     original = [0.100, 0.120, 0.110]
     learner = [0.050, 0.040, 0.055]
     cmp = stats.compare(original, learner)
-    assert cmp.speedup == pytest.approx(2.0)  # ratios 2.0, 3.0, 2.0
+    assert cmp.speedup == pytest.approx(12 ** (1 / 3))  # ratios 2.0, 3.0, 2.0
     assert cmp.ratio_low == pytest.approx(2.0)
     assert cmp.ratio_high == pytest.approx(3.0)
     assert cmp.original_s == pytest.approx(0.110)
@@ -61,3 +61,40 @@ def test_empty_inputs_raise():
     with pytest.raises(ValueError):
         stats.quantile([1.0], 1.5)
     assert math.isinf(stats.relative_noise([0.0, 0.0]))
+
+
+def test_interval_is_students_t_on_the_log_ratios():
+    # ratios 2, 3, 2: logs have mean m and sample sd s; 95% t with 2 degrees of freedom is 4.303
+    logs = [math.log(2), math.log(3), math.log(2)]
+    m = sum(logs) / 3
+    s = math.sqrt(sum((x - m) ** 2 for x in logs) / 2)
+    cmp = stats.compare([2.0, 3.0, 2.0], [1.0, 1.0, 1.0])
+    assert cmp.ci_low == pytest.approx(math.exp(m - 4.303 * s / math.sqrt(3)))
+    assert cmp.ci_high == pytest.approx(math.exp(m + 4.303 * s / math.sqrt(3)))
+
+
+def test_identical_rounds_have_a_zero_width_interval():
+    cmp = stats.compare([3.0, 3.0, 3.0], [1.0, 1.0, 1.0])
+    assert cmp.ci_low == pytest.approx(3.0) and cmp.ci_high == pytest.approx(3.0)
+
+
+def test_decide_needs_the_whole_interval_on_one_side():
+    clear = stats.compare([2.0, 2.1, 1.9], [1.0, 1.0, 1.0])
+    assert clear.decide(1.5) == stats.PASS
+    assert clear.decide(2.5) == stats.FAIL
+    assert clear.decide(2.0) == stats.UNCLEAR
+    spread = stats.compare([1.45, 1.0, 1.45, 1.0], [1.0] * 4)
+    assert spread.decide(1.2) == stats.UNCLEAR
+
+
+def test_one_round_is_never_enough_to_decide():
+    one = stats.compare([5.0], [1.0])
+    assert one.decide(1.2) == stats.UNCLEAR
+    assert one.as_dict()["ci_high"] is None  # JSON has no infinity
+
+
+def test_t_quantiles():
+    assert stats.t95(1) == pytest.approx(12.706)
+    assert stats.t95(10) == pytest.approx(2.228)
+    assert stats.t95(100) == 2.0
+    assert stats.t95(0) == math.inf

@@ -7,8 +7,11 @@
 
 The original and the learner's version run alternately, each in a fresh
 subprocess (round 1: learner then original; round 2: original then learner;
-...), so slow drifts in machine load hit both alike. The first failing check
-stops the chain: later checks are reported as skipped.
+...), so slow drifts in machine load hit both alike. When the speed-up is too
+close to the threshold to call, more rounds are measured (within the lab's
+round limit and time budget); if it still cannot be called, the verdict is
+"inconclusive", never a coin flip. The first failing check stops the chain:
+later checks are reported as skipped.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from . import breakdown, compare, evidence, execute, labs, paths, stats
 from .labs import format_value
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+INCONCLUSIVE = "inconclusive"  # too noisy to call either way: neither a pass nor a fail
 
 # name, title, what it checks (shown with every verdict)
 CHECKS = (
@@ -52,6 +56,9 @@ class Check:
         self.status, self.rationale, self.expected, self.actual, self.help = FAILED, rationale, expected, actual, help
         self.details = details or []
 
+    def inconclusive(self, rationale: str, expected: str = "", actual: str = "", help: str = "") -> None:
+        self.status, self.rationale, self.expected, self.actual, self.help = INCONCLUSIVE, rationale, expected, actual, help
+
 
 @dataclass
 class Report:
@@ -61,7 +68,7 @@ class Report:
     file: str
     label: str
     device: str = "?"
-    verdict: str = FAILED  # passed | failed | error
+    verdict: str = FAILED  # passed | failed | inconclusive | error
     error: str = ""  # the kit or the original failed, not the learner
     checks: list[Check] = field(default_factory=list)
     comparison: dict[str, float] | None = None
@@ -79,7 +86,7 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        return {PASSED: 0, FAILED: 1}.get(self.verdict, 3)
+        return EXIT_CODES.get(self.verdict, 3)
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
@@ -89,6 +96,9 @@ class Report:
         data["exit_code"] = self.exit_code
         return data
 
+
+# 0 passed, 1 failed, 3 cannot grade (the original or the kit failed), 4 too noisy to call.
+EXIT_CODES = {PASSED: 0, FAILED: 1, "error": 3, INCONCLUSIVE: 4}
 
 Progress = Callable[[str], None]
 
@@ -190,12 +200,15 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
 
     originals: list[execute.Outcome] = []
     learners: list[execute.Outcome] = []
+    measuring_since = time.perf_counter()
 
     def run_one(which: str, round_no: int) -> execute.Outcome:
         nonlocal device
         first = not (originals if which == "original" else learners)
         name = "original" if which == "original" else label
-        on_progress(f"round {round_no}/{rounds}: running the {'original' if which == 'original' else Path(file).name}")
+        what = "original" if which == "original" else Path(file).name
+        on_progress(f"round {round_no}/{rounds}: running the {what}" if round_no <= rounds else
+                    f"extra round {round_no}: the speed-up is close to the threshold, measuring again ({what})")
         outcome = execute.run(lab, lab.original if which == "original" else file, name, device=device,
                               trace_dir=fresh_trace_dir(lab, name) if first else None, timeout_s=timeout)
         if outcome.ok and device == "auto":  # both versions then run where the first one did
@@ -204,7 +217,9 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
             report.traces[which] = outcome.result["trace"]
         return outcome
 
-    for round_no in range(1, rounds + 1):
+    round_no = 0
+    while True:
+        round_no += 1
         order = ("learner", "original") if round_no % 2 else ("original", "learner")
         for which in order:
             outcome = run_one(which, round_no)
@@ -262,9 +277,19 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
             if not _evidence(lab, report, proof):
                 report.verdict = FAILED
                 return
+        if round_no >= rounds and not _measure_again(lab, report, round_no, time.perf_counter() - measuring_since):
+            break
 
     _faster(lab, report, faster)
-    report.verdict = PASSED if faster.status == PASSED else FAILED
+    report.verdict = {PASSED: PASSED, FAILED: FAILED}.get(faster.status, INCONCLUSIVE)
+
+
+def _measure_again(lab: labs.Lab, report: Report, done: int, elapsed_s: float) -> bool:
+    """Another round, when the speed-up is still too close to the threshold to call and time allows."""
+    cmp = stats.compare(report.timings["original"], report.timings["learner"])
+    if cmp.decide(lab.threshold(report.device)) != stats.UNCLEAR or done >= lab.workload.round_limit:
+        return False
+    return elapsed_s + elapsed_s / done <= lab.workload.budget_s
 
 
 def _evidence(lab: labs.Lab, report: Report, proof: Check) -> bool:
@@ -307,9 +332,18 @@ def _faster(lab: labs.Lab, report: Report, faster: Check) -> None:
                 f"p95 {lat['original']['p95_ms']:.1f} ms → {lat['learner']['p95_ms']:.1f} ms; "
                 f"rounds {cmp.ratio_low:.2f}–{cmp.ratio_high:.2f}×, noise ±{cmp.noise:.0%})")
     expected = f"at least {threshold:g}× on {report.device}"
-    if cmp.speedup >= threshold:
-        faster.passed(f"{cmp.speedup:.2f}× faster than the original over {cmp.rounds} paired rounds",
-                      expected, measured)
+    interval = (f"95% interval {cmp.ci_low:.2f}–{cmp.ci_high:.2f}×" if cmp.rounds > 1
+                else "one round: no interval")
+    decision = cmp.decide(threshold)
+    if decision == stats.PASS:
+        faster.passed(f"{cmp.speedup:.2f}× faster than the original over {cmp.rounds} paired rounds "
+                      f"({interval})", expected, measured)
+    elif decision == stats.FAIL:
+        faster.failed(f"{cmp.speedup:.2f}× is below the {threshold:g}× this lab asks for on {report.device} "
+                      f"({interval})", expected, measured, where_to_look(lab))
     else:
-        faster.failed(f"{cmp.speedup:.2f}× is below the {threshold:g}× this lab asks for on {report.device}",
-                      expected, measured, where_to_look(lab))
+        faster.inconclusive(
+            f"inconclusive: too noisy to tell. {cmp.speedup:.2f}× over {cmp.rounds} rounds, but the "
+            f"{interval} straddles the {threshold:g}× threshold", expected, measured,
+            "the machine was too busy to trust these timings: close other programs (or wait for other "
+            "jobs to finish) and check again; --rounds N starts with more rounds")

@@ -2,7 +2,8 @@
 
 Exit codes: 0 success (a check passed), 1 a check failed or a run broke,
 2 a usage error, 3 the kit could not grade (an edited original, a broken
-machine), 130 interrupted.
+machine), 4 too noisy to call (the speed-up's interval straddles the
+threshold even after extra rounds), 130 interrupted.
 """
 
 from __future__ import annotations

@@ -177,9 +177,71 @@ def indexing_ops(trace: Trace) -> Measure:
     )
 
 
+# Operators that only make a new view of a tensor's memory (or detach it): no
+# arithmetic, no kernel. op_count leaves them out, with everything they run.
+VIEW_OPS = frozenset({
+    "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::_reshape_alias", "aten::t", "aten::transpose",
+    "aten::permute", "aten::expand", "aten::unsqueeze", "aten::squeeze", "aten::select", "aten::slice",
+    "aten::unbind", "aten::split", "aten::as_strided", "aten::alias", "aten::detach", "aten::detach_",
+    "aten::lift_fresh", "aten::numpy_T", "aten::contiguous",
+})
+
+
+def op_count(trace: Trace) -> Measure:
+    """Operators per step: outermost ``aten::`` operators on the host, or kernels on CUDA.
+
+    On CPU: every ``cpu_op`` event whose name starts with ``aten::`` and that
+    starts inside a ``ProfilerStep#``, counted only if it is the outermost
+    ``aten::`` operator on its thread and not one of ``VIEW_OPS`` (a view or a
+    detach does no arithmetic; it is left out with whatever it runs inside). ``aten::linear`` counts once, not again
+    for the ``aten::addmm`` it runs inside itself; the operators the backward
+    pass runs count too (they sit under ``autograd::engine`` events, which are
+    not ``aten::``). A hand-written softmax is five or six of them, forward,
+    and as many again backward; ``F.softmax`` is one each way. Code compiled
+    by ``torch.compile`` runs Inductor's generated loops, which are not
+    ``aten::`` operators: only the operators it still calls (matrix products,
+    for instance) are counted.
+
+    On CUDA (the trace holds GPU events): every event of category ``kernel``
+    that starts inside a step. Each unfused operator launches at least one
+    kernel; a fused one launches one for the whole chain.
+
+    The value is the count per step, averaged over the profiled steps.
+    """
+    steps = trace.steps
+    n = len(steps)
+    on_cuda = any(e.cat in ("kernel", "gpu_memcpy", "gpu_memset") for e in trace.events)
+    if on_cuda:
+        counted = trace.within_steps(lambda e: e.cat == "kernel")
+    else:
+        found = sorted(trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::")),
+                       key=lambda e: (str(e.pid), str(e.tid), e.ts, -e.dur))
+        counted = []
+        outer_end: dict[tuple[str, str], float] = {}
+        for e in found:
+            thread = (str(e.pid), str(e.tid))
+            if e.ts < outer_end.get(thread, float("-inf")):
+                continue  # inside an outer operator
+            outer_end[thread] = e.end
+            if e.name not in VIEW_OPS:
+                counted.append(e)
+    counts: dict[str, int] = {}
+    for e in counted:
+        counts[e.name] = counts.get(e.name, 0) + 1
+    by_name = {name: count / n for name, count in counts.items()}
+    per_step = len(counted) / n
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])
+    names = ", ".join(f"{count:.0f} {name}" for name, count in top[:4])
+    what = "kernels" if on_cuda else "aten ops"
+    summary = f"{per_step:.0f} {what} per step" + (f" (most: {names})" if names else "")
+    details = {"ops_per_step": per_step, "steps": float(n), **(dict(top[:12]) if not on_cuda else {})}
+    return Measure(value=round(per_step, 1), unit="ops", summary=summary, details=details)
+
+
 METRICS: dict[str, Callable[[Trace], Measure]] = {
     "dataloader_wait": dataloader_wait,
     "indexing_ops": indexing_ops,
+    "op_count": op_count,
 }
 
 

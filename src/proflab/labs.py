@@ -93,9 +93,14 @@ class Workload:
     warmup_steps: int
     timed_steps: int
     profile_steps: int
-    rounds: int
+    rounds: int  # paired rounds always measured
     timeout_s: float
     seed: int = 0
+    # When the speed-up is too close to the threshold to call after `rounds`,
+    # the checker measures more rounds, up to `max_rounds` (default 3x rounds)
+    # and while the whole measurement stays within `budget_s` seconds.
+    max_rounds: int | None = None
+    budget_s: float = 300.0
     threads: int | None = None  # torch intra-op threads for every version; None: torch's default
     params: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
@@ -103,6 +108,10 @@ class Workload:
     @property
     def total_steps(self) -> int:
         return self.warmup_steps + self.timed_steps + self.profile_steps
+
+    @property
+    def round_limit(self) -> int:
+        return self.max_rounds or 3 * self.rounds
 
 
 @dataclass(frozen=True)

@@ -16,16 +16,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import paths
-from .checks import FAILED, PASSED, SKIPPED, Report
+from .checks import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Report
 
-_MARK = {PASSED: "[green]✓[/]", FAILED: "[red]✗[/]", SKIPPED: "[dim]–[/]"}
+_MARK = {PASSED: "[green]✓[/]", FAILED: "[red]✗[/]", INCONCLUSIVE: "[yellow]?[/]", SKIPPED: "[dim]–[/]"}
 
 
 def to_json(report: Report) -> str:
     return json.dumps(report.as_dict(), indent=2)
 
 
-_WORD = {PASSED: "passed", FAILED: "**failed**", SKIPPED: "skipped"}
+_WORD = {PASSED: "passed", FAILED: "**failed**", INCONCLUSIVE: "**inconclusive**", SKIPPED: "skipped"}
 
 
 def _cell(text: str) -> str:
@@ -36,7 +36,7 @@ def to_markdown(report: Report) -> str:
     """The report as Markdown, for TensorBoard's Text dashboard."""
     from .breakdown import HOST_PARTS
 
-    verdict = {PASSED: "PASSED", FAILED: "FAILED"}.get(report.verdict, "NOT GRADED")
+    verdict = {PASSED: "PASSED", FAILED: "FAILED", INCONCLUSIVE: "INCONCLUSIVE"}.get(report.verdict, "NOT GRADED")
     lines = [f"## Lab {report.number} · {report.title}: {verdict}", "",
              f"`{Path(report.file).name}` (run `{report.label}`) against the original (run `original`), "
              f"on {report.device}, in {report.duration_s:.0f} s.", ""]
@@ -48,7 +48,8 @@ def to_markdown(report: Report) -> str:
         lines.append(f"| {c.title} | {_WORD[c.status]} | {_cell(c.expected)} | {_cell(measured)} |")
     if report.comparison:
         cmp = report.comparison
-        lines += ["", f"**Speed-up:** {cmp['speedup']:.2f}× (threshold {report.threshold:g}×) · "
+        interval = (f"95% interval {cmp['ci_low']:.2f}–{cmp['ci_high']:.2f}× · " if cmp.get("ci_high") else "")
+        lines += ["", f"**Speed-up:** {cmp['speedup']:.2f}× (threshold {report.threshold:g}×) · {interval}"
                   f"rounds {cmp['ratio_low']:.2f}–{cmp['ratio_high']:.2f}× · noise ±{cmp['noise']:.0%} · "
                   f"{cmp['rounds']} paired rounds"]
     if report.breakdown:
@@ -65,7 +66,7 @@ def to_markdown(report: Report) -> str:
             lines.append(f"| {part} | " + " | ".join(cells) + " |")
         lines.append("| device busy | " + " | ".join(f"{report.breakdown[n]['device_busy_ms']:.1f}" for n in names) + " |")
         lines.append("| **step** | " + " | ".join(f"**{report.breakdown[n]['step_ms']:.1f}**" for n in names) + " |")
-    failed = next((c for c in report.checks if c.status == FAILED), None)
+    failed = next((c for c in report.checks if c.status in (FAILED, INCONCLUSIVE)), None)
     if failed and failed.help:
         lines += ["", f"**Where to look next:** {failed.help}"]
     return "\n".join(lines)
@@ -88,7 +89,7 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
     for c in report.checks:
         text = c.rationale if c.status != SKIPPED else "[dim]skipped: an earlier check failed[/]"
         grid.add_row(_MARK[c.status], c.title, escape(text) if c.status != SKIPPED else text)
-        show = c.status == FAILED or (c.status == PASSED and c.name in ("evidence", "faster"))
+        show = c.status in (FAILED, INCONCLUSIVE) or (c.status == PASSED and c.name in ("evidence", "faster"))
         if show:
             for line in c.details:
                 grid.add_row("", "", f"[dim]{escape(line)}[/]")
@@ -96,7 +97,7 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
                 grid.add_row("", "[dim]  expected[/]", escape(c.expected))
             if c.actual:
                 grid.add_row("", "[dim]  measured[/]", escape(c.actual))
-            if c.help and c.status == FAILED:
+            if c.help and c.status in (FAILED, INCONCLUSIVE):
                 grid.add_row("", "[dim]  look at[/]", escape(c.help))
     console.print(grid)
 
@@ -108,7 +109,8 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
         console.print(escape("\n".join(report.output.strip().splitlines()[-8:])))
 
     console.print()
-    word = "[bold green]PASSED[/]" if report.verdict == PASSED else "[bold red]FAILED[/]"
+    word = {PASSED: "[bold green]PASSED[/]", INCONCLUSIVE: "[bold yellow]INCONCLUSIVE[/] (too noisy to call)"}.get(
+        report.verdict, "[bold red]FAILED[/]")
     console.print(f"{word} · lab {report.number} ({report.lab}) in {report.duration_s:.0f} s")
     if report.traces:
         console.print(f"Traces: {escape(paths.display(report.runs_dir))}/ "

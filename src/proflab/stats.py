@@ -2,9 +2,12 @@
 
 Runs alternate between the original and the learner's version, so each round
 holds one run of each, taken back to back under the same machine load. The
-speed-up is the median of the per-round ratios; the noise is how much runs of
-the same version disagree with each other (median absolute deviation relative
-to the median), which is what a shared, busy machine inflates.
+speed-up is the geometric mean of the per-round ratios, with a 95% confidence
+interval from Student's t on their logarithms: the verdict is only given when
+the whole interval lies on one side of the lab's threshold (``decide``). The
+noise is how much runs of the same version disagree with each other (median
+absolute deviation relative to the median), which is what a shared, busy
+machine inflates.
 """
 
 from __future__ import annotations
@@ -46,11 +49,28 @@ def relative_noise(values: Sequence[float]) -> float:
     return mad(values) / m if m else math.inf
 
 
+# Two-sided 95% quantiles of Student's t, by degrees of freedom (30 and up: 2.0).
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045)
+
+
+def t95(df: int) -> float:
+    if df < 1:
+        return math.inf
+    return _T95[df - 1] if df <= len(_T95) else 2.0
+
+
+PASS, FAIL, UNCLEAR = "pass", "fail", "unclear"
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Original vs learner, from paired rounds of runs."""
 
-    speedup: float  # median of per-round ratios original / learner
+    speedup: float  # geometric mean of per-round ratios original / learner
+    ci_low: float  # 95% confidence interval of that mean (inf-wide with one round)
+    ci_high: float
     ratio_low: float  # smallest per-round ratio
     ratio_high: float  # largest per-round ratio
     original_s: float  # median per-step time of the original
@@ -58,8 +78,17 @@ class Comparison:
     noise: float  # the larger relative noise of the two versions
     rounds: int
 
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
+    def as_dict(self) -> dict[str, float | None]:
+        """JSON-ready: an unbounded interval end (one round only) is None."""
+        return {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in asdict(self).items()}
+
+    def decide(self, threshold: float) -> str:
+        """PASS or FAIL when the whole confidence interval is on one side of ``threshold``, else UNCLEAR."""
+        if self.ci_low >= threshold:
+            return PASS
+        if self.ci_high < threshold:
+            return FAIL
+        return UNCLEAR
 
 
 def compare(original: Sequence[float], learner: Sequence[float]) -> Comparison:
@@ -69,8 +98,17 @@ def compare(original: Sequence[float], learner: Sequence[float]) -> Comparison:
     if min(original) <= 0 or min(learner) <= 0:
         raise ValueError("step times must be positive")
     ratios = [o / m for o, m in zip(original, learner)]
+    logs = [math.log(r) for r in ratios]
+    mean = sum(logs) / len(logs)
+    if len(logs) > 1:
+        sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+        half = t95(len(logs) - 1) * sd / math.sqrt(len(logs))
+    else:
+        half = math.inf
     return Comparison(
-        speedup=median(ratios),
+        speedup=math.exp(mean),
+        ci_low=math.exp(mean - half) if half != math.inf else 0.0,
+        ci_high=math.exp(mean + half) if half != math.inf else math.inf,
         ratio_low=min(ratios),
         ratio_high=max(ratios),
         original_s=median(original),

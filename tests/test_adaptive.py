@@ -1,0 +1,79 @@
+"""Extra rounds and the "inconclusive" verdict, driven by exact, known speed-ups.
+
+The calibration lab (tests/calibration) sleeps a fixed time per step; its
+scheduled version runs faster by a factor taken from a list, one per run, so
+every paired round's ratio is known in advance. Sleeping is timed to a small
+fraction of a millisecond, far below the gaps between these schedules.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import Kit
+
+CALIBRATION = Path(__file__).resolve().parent / "calibration"
+
+
+@pytest.fixture
+def cal_kit(tmp_path) -> Kit:
+    root = tmp_path / "kit"
+    shutil.copytree(CALIBRATION, root / "labs" / "90_calibration")
+    return Kit(root)
+
+
+def check_with(kit: Kit, tmp_path: Path, speedups: str, monkeypatch) -> tuple[int, dict]:
+    monkeypatch.setenv("PROFLAB_CAL_SPEEDUPS", speedups)
+    monkeypatch.setenv("PROFLAB_CAL_COUNTER", str(tmp_path / "runs-so-far"))
+    return kit.check_json("calibration", "--file", str(kit.root / "labs" / "90_calibration" / "scheduled.py"))
+
+
+def test_a_clear_speedup_is_called_after_the_base_rounds(cal_kit, tmp_path, monkeypatch):
+    code, report = check_with(cal_kit, tmp_path, "1.5", monkeypatch)
+    assert code == 0, report
+    cmp = report["comparison"]
+    assert cmp["rounds"] == 3
+    assert cmp["speedup"] == pytest.approx(1.5, rel=0.05)
+    assert cmp["ci_low"] >= 1.2 and cmp["ci_high"] >= cmp["speedup"]
+
+
+def test_a_close_call_gets_extra_rounds_until_it_is_clear(cal_kit, tmp_path, monkeypatch):
+    # Rounds 1.8, 1.25, 1.5 leave the interval across 1.2; rounds of 1.5 narrow it
+    # above 1.2 by the fifth round (t-interval on the logs of the ratios).
+    code, report = check_with(cal_kit, tmp_path, "1.8,1.25,1.5,1.5,1.5,1.5", monkeypatch)
+    assert code == 0, report
+    cmp = report["comparison"]
+    assert cmp["rounds"] == 5
+    assert cmp["ci_low"] >= 1.2
+
+
+def test_a_coin_flip_is_inconclusive_not_a_verdict(cal_kit, tmp_path, monkeypatch):
+    # Rounds alternate 1.45x and 1.0x: their mean sits on the 1.2x threshold.
+    code, report = check_with(cal_kit, tmp_path, "1.45,1.0", monkeypatch)
+    assert code == 4, report
+    assert report["verdict"] == "inconclusive"
+    faster = next(c for c in report["checks"] if c["name"] == "faster")
+    assert faster["status"] == "inconclusive"
+    assert "too noisy" in faster["rationale"] and "straddles" in faster["rationale"]
+    assert report["comparison"]["rounds"] == 6  # the lab's max_rounds
+    assert report["comparison"]["ci_low"] < 1.2 < report["comparison"]["ci_high"]
+
+
+def test_a_clear_slowdown_fails_after_the_base_rounds(cal_kit, tmp_path, monkeypatch):
+    code, report = check_with(cal_kit, tmp_path, "1.0", monkeypatch)
+    assert code == 1, report
+    assert report["comparison"]["rounds"] == 3
+    assert report["comparison"]["ci_high"] < 1.2
+
+
+def test_the_terminal_report_says_inconclusive(cal_kit, tmp_path, monkeypatch):
+    monkeypatch.setenv("PROFLAB_CAL_SPEEDUPS", "1.45,1.0")
+    monkeypatch.setenv("PROFLAB_CAL_COUNTER", str(tmp_path / "runs-so-far"))
+    proc = cal_kit.run("check", "calibration", "--file", str(cal_kit.root / "labs" / "90_calibration" / "scheduled.py"),
+                       "--rounds", "2")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "INCONCLUSIVE" in proc.stdout and "too noisy" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr

@@ -1,0 +1,105 @@
+"""``proflab check 3`` end to end on this machine's CPU: real subprocesses, real timings.
+
+As for labs 1 and 2, speed is never asserted against a fixed number of
+milliseconds, only the checker's verdicts and what it reports. The operator
+counts are exact: the same code runs the same operators on any machine.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import CHECK_NAMES, LEARNER_FILES, failing, sharing_data, statuses
+
+
+def lab3_folder(kit):
+    return kit.root / "labs" / "03_fusion"
+
+
+@pytest.fixture(scope="session")
+def lab3_solution(kit, tmp_path_factory):
+    """The reference fix, graded once in a kit of its own (its runs never mix with others')."""
+    k = sharing_data(tmp_path_factory.mktemp("lab3-solution-kit"), kit)
+    return k.check_json("3", "--file", str(lab3_folder(k) / "solution.py"))
+
+
+def grade(kit, name: str) -> tuple[int, dict]:
+    return kit.check_json("3", "--file", str(LEARNER_FILES / name))
+
+
+def test_reference_solution_passes(lab3_solution):
+    code, report = lab3_solution
+    assert code == 0, report
+    assert report["verdict"] == "passed"
+    assert report["device"] == "cpu"
+    assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
+    cmp = report["comparison"]
+    assert cmp["speedup"] >= report["threshold"] == 1.2
+    assert cmp["rounds"] >= 3
+
+
+def test_reference_runs_far_fewer_operators(lab3_solution):
+    _, report = lab3_solution
+    ev = report["evidence"]
+    assert ev["metric"] == "op_count"
+    original, learner = ev["original"], ev["learner"]
+    assert learner["value"] <= 0.5 * original["value"]
+    # The hand-written chains: dozens of multiplications and divisions per step; the fused block far fewer.
+    assert original["details"]["aten::mul"] > 2 * learner["details"].get("aten::mul", 0)
+    assert original["details"].get("aten::div", 0) >= 10
+    assert "aten::div" not in learner["details"]
+
+
+def test_untouched_exercise_fails(fresh_kit):
+    code, report = fresh_kit.check_json("fusion")
+    assert code == 1
+    assert report["verdict"] == "failed"
+    assert statuses(report) == {"runs": "passed", "same_results": "passed", "evidence": "failed",
+                                "faster": "skipped"}
+    evidence = failing(report)
+    assert evidence["rationale"].startswith("operators per training step is still")
+    assert "layer_norm" in evidence["help"]
+
+
+def test_torch_compile_fix_passes(fresh_kit):
+    code, report = grade(fresh_kit, "lab3_compile.py")
+    assert code == 0, report
+    assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
+    assert report["evidence"]["learner"]["value"] <= 0.5 * report["evidence"]["original"]["value"]
+
+
+def test_dropped_causal_mask_fails_on_results(fresh_kit):
+    code, report = grade(fresh_kit, "lab3_no_mask.py")
+    assert code == 1
+    assert statuses(report) == {"runs": "passed", "same_results": "failed", "evidence": "skipped",
+                                "faster": "skipped"}
+    same = failing(report)
+    assert same["rationale"].startswith("step 0:")
+    assert "is_causal=True" in same["help"]
+
+
+def test_op_count_counts_outermost_non_view_aten_ops(tmp_path):
+    """A hand-made CPU trace: nested ops count once, views do not count, nor do ops outside the steps."""
+    import json
+
+    from proflab import evidence
+
+    def op(name, ts, dur, cat="cpu_op", tid=1):
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+
+    events = [
+        op("ProfilerStep#1", 0, 100, cat="user_annotation"),
+        op("aten::linear", 10, 10), op("aten::t", 11, 1), op("aten::addmm", 13, 5),  # one op
+        op("aten::reshape", 30, 4), op("aten::view", 31, 1),  # a view: not counted
+        op("aten::mul", 40, 1), op("aten::add", 42, 1),
+        op("ProfilerStep#2", 100, 100, cat="user_annotation"),
+        op("aten::layer_norm", 110, 10), op("aten::native_layer_norm", 111, 8),
+        op("aten::mul", 250, 1),  # after the last step: not counted
+    ]
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    m = evidence.measure("op_count", path)
+    assert m.value == 2.0  # (3 + 1) / 2
+    assert m.details["aten::linear"] == 0.5 and m.details["aten::mul"] == 0.5
+    assert "aten::addmm" not in m.details and "aten::reshape" not in m.details
+    assert "aten ops per step" in m.summary
