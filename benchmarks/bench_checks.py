@@ -2,10 +2,12 @@
 
 For each lab asked for, it reports:
 
-* the end-to-end wall time of ``proflab check LAB`` on the untouched exercise
-  and on the reference solution (a real subprocess each time);
-* the speed-up the reference solution reaches: median, min–max and the
-  interquartile range over the repeats;
+* the end-to-end wall time of ``proflab check LAB`` on the untouched exercise,
+  on the reference solution and on any alternative fix given with ``--also``
+  (a real subprocess each time);
+* the speed-up each passing version reaches, and the paired rounds the checker
+  needed to call it: median, min–max and the interquartile range over the
+  repeats; and how many verdicts were wrong or inconclusive;
 * the profiler's overhead: the mean step time of the original with the
   profiler recording every timed step, against the same steps unprofiled,
   measured in alternating fresh subprocesses.
@@ -14,6 +16,8 @@ Everything runs in a temporary copy of the labs, so the benchmark never
 touches your runs/ or progress. Usage:
 
     python benchmarks/bench_checks.py --labs 1 --repeats 5
+    python benchmarks/bench_checks.py --labs 3 --repeats 3 \
+        --also tests/learner_files/lab3_compile.py tests/learner_files/lab3_mix.py
 """
 
 from __future__ import annotations
@@ -70,6 +74,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--json-out", help="also write the raw figures here")
+    parser.add_argument("--also", nargs="*", default=[], metavar="FILE",
+                        help="alternative fixes that must pass too, checked with --file each repeat")
     parser.add_argument("--overhead-only", action="store_true", help="measure only the profiler's overhead")
     args = parser.parse_args()
 
@@ -84,37 +90,51 @@ def main() -> None:
     figures = {}
     for name in args.labs:
         lab = labs.resolve(name)
-        ex_walls, sol_walls, speedups, noises, verdicts = [], [], [], [], []
-        report = None
+        # Versions that must pass: the reference solution, then any --also file (an alternative fix).
+        passing = {"solution": lab.solution, **{Path(f).stem: Path(f).resolve() for f in args.also}}
+        ex_walls, verdicts = [], []
+        walls = {v: [] for v in passing}
+        speedups = {v: [] for v in passing}
+        rounds = {v: [] for v in passing}
+        noises = []
         for i in range(0 if args.overhead_only else args.repeats):
             wall, code, report = proflab(root, "check", name, "--json", "--device", args.device)
             ex_walls.append(wall)
             verdicts.append(("exercise", report["verdict"] if report else f"exit {code}"))
-            wall, code, report = proflab(root, "check", name, "--file", str(lab.solution), "--json",
-                                         "--device", args.device)
-            sol_walls.append(wall)
-            verdicts.append(("solution", report["verdict"] if report else f"exit {code}"))
-            if report and report.get("comparison"):
-                speedups.append(report["comparison"]["speedup"])
-                noises.append(report["comparison"]["noise"])
-            print(f"  lab {lab.number} repeat {i + 1}/{args.repeats}: exercise {verdicts[-2][1]}, "
-                  f"solution {verdicts[-1][1]} ({speedups[-1] if speedups else float('nan'):.2f}×)", flush=True)
+            line = [f"exercise {verdicts[-1][1]}"]
+            for version, file in passing.items():
+                wall, code, report = proflab(root, "check", name, "--file", str(file), "--json",
+                                             "--device", args.device)
+                walls[version].append(wall)
+                verdicts.append((version, report["verdict"] if report else f"exit {code}"))
+                if report and report.get("comparison"):
+                    speedups[version].append(report["comparison"]["speedup"])
+                    rounds[version].append(report["comparison"]["rounds"])
+                    if version == "solution":
+                        noises.append(report["comparison"]["noise"])
+                shown = f" ({speedups[version][-1]:.2f}×)" if speedups[version] else ""
+                line.append(f"{version} {verdicts[-1][1]}{shown}")
+            print(f"  lab {lab.number} repeat {i + 1}/{args.repeats}: " + ", ".join(line), flush=True)
         over = {which: overhead(lab, file, args.repeats)
                 for which, file in (("original", lab.original), ("solution", lab.solution))}
-        figures[lab.name] = {"exercise_check_s": ex_walls, "solution_check_s": sol_walls, "speedup": speedups,
+        figures[lab.name] = {"exercise_check_s": ex_walls, "check_s": walls, "speedup": speedups, "rounds": rounds,
                              "noise": noises, "verdicts": verdicts, "overhead": over,
                              "device": over["original"]["device"]}
-        wrong = sum(1 for who, v in verdicts if (who == "exercise") == (v == "passed"))
+        wrong = sum(1 for who, v in verdicts if (who == "exercise") == (v == "passed") or v not in ("passed", "failed"))
         print(f"\n## Lab {lab.number} · {lab.title} ({figures[lab.name]['device']}, {args.repeats} repeats)\n")
         print("| figure | value |\n|---|---|")
         if ex_walls:
             print(f"| `proflab check {name}` (untouched exercise), wall s | {spread(ex_walls)} |")
-            print(f"| `proflab check {name} --file solution.py`, wall s | {spread(sol_walls)} |")
-        if speedups:
-            print(f"| reference speed-up, × | {spread(speedups)} |")
-            print(f"| noise reported (MAD/median) | median ±{stats.median(noises):.1%} |")
+        for version in passing:
+            if walls[version]:
+                print(f"| `proflab check {name} --file {passing[version].name}`, wall s | {spread(walls[version])} |")
+            if speedups[version]:
+                print(f"| {version} speed-up, × | {spread(speedups[version])} |")
+                print(f"| {version}: paired rounds measured | {spread(rounds[version])} |")
+        if noises:
+            print(f"| noise reported for the solution (MAD/median) | median ±{stats.median(noises):.1%} |")
         if verdicts:
-            print(f"| wrong verdicts | {wrong} of {len(verdicts)} |")
+            print(f"| wrong or inconclusive verdicts | {wrong} of {len(verdicts)} |")
         for which, o in over.items():
             ratio = [p / q for p, q in zip(o["profiled"], o["plain"])]
             print(f"| {which} step, unprofiled, ms | {spread([1000 * t for t in o['plain']])} |")

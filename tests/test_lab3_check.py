@@ -68,6 +68,13 @@ def test_torch_compile_fix_passes(fresh_kit):
     assert report["evidence"]["learner"]["value"] <= 0.5 * report["evidence"]["original"]["value"]
 
 
+def test_mixed_fix_passes(fresh_kit):
+    """The fused attention built-in for attention, torch.compile for the hand-written rest."""
+    code, report = grade(fresh_kit, "lab3_mix.py")
+    assert code == 0, report
+    assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
+
+
 def test_dropped_causal_mask_fails_on_results(fresh_kit):
     code, report = grade(fresh_kit, "lab3_no_mask.py")
     assert code == 1
@@ -103,3 +110,29 @@ def test_op_count_counts_outermost_non_view_aten_ops(tmp_path):
     assert m.details["aten::linear"] == 0.5 and m.details["aten::mul"] == 0.5
     assert "aten::addmm" not in m.details and "aten::reshape" not in m.details
     assert "aten ops per step" in m.summary
+
+
+def test_op_count_on_cuda_counts_kernel_launches_inside_steps(tmp_path):
+    """On a CUDA trace: the host's launches in each step, not the kernels (they run later, past the step)."""
+    import json
+
+    from proflab import evidence
+
+    def ev(name, ts, dur, cat, tid=1):
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+
+    events = [
+        ev("ProfilerStep#1", 0, 100, "user_annotation"),
+        ev("aten::mul", 10, 5, "cpu_op"), ev("cudaLaunchKernel", 11, 2, "cuda_runtime"),
+        ev("cuLaunchKernel", 20, 2, "cuda_driver"),  # a Triton kernel from torch.compile
+        ev("cudaMemcpyAsync", 30, 2, "cuda_runtime"),  # a copy is not a kernel launch
+        ev("ProfilerStep#2", 100, 100, "user_annotation"),
+        ev("cudaLaunchKernelExC", 110, 2, "cuda_runtime"),
+        ev("void at::native::elementwise_kernel", 150, 30, "kernel", tid=7),
+        ev("void at::native::reduce_kernel", 205, 30, "kernel", tid=7),  # runs after the last step
+    ]
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    m = evidence.measure("op_count", path)
+    assert m.value == 1.5  # (2 + 1) launches over 2 steps
+    assert "kernel launches per step" in m.summary

@@ -202,8 +202,12 @@ def op_count(trace: Trace) -> Measure:
     ``aten::`` operators: only the operators it still calls (matrix products,
     for instance) are counted.
 
-    On CUDA (the trace holds GPU events): every event of category ``kernel``
-    that starts inside a step. Each unfused operator launches at least one
+    On CUDA (the trace holds GPU events): the kernel launches the host makes
+    inside a step (``cudaLaunchKernel`` and friends in the CUDA runtime and
+    driver lanes; Triton kernels from ``torch.compile`` are launched through
+    the driver). Launches are counted rather than the kernels themselves
+    because a kernel runs later than its launch, often after its step's range
+    on the host has closed. Each unfused operator launches at least one
     kernel; a fused one launches one for the whole chain.
 
     The value is the count per step, averaged over the profiled steps.
@@ -212,7 +216,7 @@ def op_count(trace: Trace) -> Measure:
     n = len(steps)
     on_cuda = any(e.cat in ("kernel", "gpu_memcpy", "gpu_memset") for e in trace.events)
     if on_cuda:
-        counted = trace.within_steps(lambda e: e.cat == "kernel")
+        counted = trace.within_steps(lambda e: e.cat in ("cuda_runtime", "cuda_driver") and "LaunchKernel" in e.name)
     else:
         found = sorted(trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::")),
                        key=lambda e: (str(e.pid), str(e.tid), e.ts, -e.dur))
@@ -232,16 +236,74 @@ def op_count(trace: Trace) -> Measure:
     per_step = len(counted) / n
     top = sorted(by_name.items(), key=lambda kv: -kv[1])
     names = ", ".join(f"{count:.0f} {name}" for name, count in top[:4])
-    what = "kernels" if on_cuda else "aten ops"
+    what = "kernel launches" if on_cuda else "aten ops"
     summary = f"{per_step:.0f} {what} per step" + (f" (most: {names})" if names else "")
     details = {"ops_per_step": per_step, "steps": float(n), **(dict(top[:12]) if not on_cuda else {})}
     return Measure(value=round(per_step, 1), unit="ops", summary=summary, details=details)
+
+
+# CUDA runtime and driver calls that block the host until the device catches up.
+SYNC_CALLS = frozenset({
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH_v2",
+})
+# On the host, the operators that read a tensor's values into Python.
+HOST_READS = {
+    "aten::_local_scalar_dense": "item()",  # .item(), float(t), int(t), bool(t), `if t:`
+    "aten::resolve_neg": "tolist()",  # .tolist() and .numpy() resolve the negation bit first
+}
+
+
+def host_syncs(trace: Trace) -> Measure:
+    """Round trips to the host per step: each time Python waits for a tensor's value.
+
+    On CUDA (the trace holds GPU events): the runtime and driver calls that
+    block the host until the device has caught up (``SYNC_CALLS``):
+    ``cudaStreamSynchronize`` behind every ``.item()``, ``.cpu()`` and
+    ``.tolist()``, ``cudaDeviceSynchronize`` behind ``torch.cuda.synchronize()``.
+    The device-to-host copies are reported beside them.
+
+    On CPU there is no device to wait for, but the same lines still read
+    tensors into Python, and the work done there on Python numbers is what
+    costs: each outermost ``aten::_local_scalar_dense`` (``.item()``,
+    ``float(t)``, ``if t:``) and each outermost ``aten::resolve_neg`` (the
+    first thing ``.tolist()`` and ``.numpy()`` do) counts once.
+    """
+    n = len(trace.steps)
+    on_cuda = any(e.cat in ("kernel", "gpu_memcpy", "gpu_memset") for e in trace.events)
+    counts: dict[str, int] = {}
+    if on_cuda:
+        for e in trace.within_steps(lambda e: e.cat in ("cuda_runtime", "cuda_driver") and e.name in SYNC_CALLS):
+            counts[e.name] = counts.get(e.name, 0) + 1
+        copies = len(trace.within_steps(lambda e: e.cat == "gpu_memcpy" and "DtoH" in e.name))
+    else:
+        found = sorted(trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::")),
+                       key=lambda e: (str(e.pid), str(e.tid), e.ts, -e.dur))
+        outer_end: dict[tuple[str, str], float] = {}
+        for e in found:
+            thread = (str(e.pid), str(e.tid))
+            inside = e.ts < outer_end.get(thread, float("-inf"))
+            if not inside:
+                outer_end[thread] = e.end
+            if e.name in HOST_READS and (not inside or e.name == "aten::_local_scalar_dense"):
+                counts[HOST_READS[e.name]] = counts.get(HOST_READS[e.name], 0) + 1
+        copies = 0
+    per_step = sum(counts.values()) / n
+    by_name = {name: count / n for name, count in counts.items()}
+    names = ", ".join(f"{count:g} {name}" for name, count in sorted(by_name.items(), key=lambda kv: -kv[1]))
+    summary = f"{per_step:.2g} round trips per step ({names or 'none'})"
+    if on_cuda:
+        summary += f"; {copies / n:.2g} device-to-host copies per step"
+    return Measure(value=round(per_step, 2), unit="per step", summary=summary,
+                   details={"round_trips_per_step": per_step, "dtoh_copies_per_step": copies / n,
+                            "steps": float(n), **by_name})
 
 
 METRICS: dict[str, Callable[[Trace], Measure]] = {
     "dataloader_wait": dataloader_wait,
     "indexing_ops": indexing_ops,
     "op_count": op_count,
+    "host_syncs": host_syncs,
 }
 
 
