@@ -49,7 +49,12 @@ them. This page is generated from the kit's own argument parser
 
 Run the commands from the kit's folder, or from a folder below it.
 `LAB` is a lab's number or name: `proflab run 1` and `proflab run dataloader`
-are the same. Every command also takes `-h` or `--help`.
+are the same. Every command also takes `-h` or `--help`:
+
+```bash
+proflab --help
+proflab run --help
+```
 """
 
 
