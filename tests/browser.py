@@ -10,6 +10,15 @@ Used two ways:
   It grades lab 1's reference fix in a scratch copy of the kit, serves the
   runs with ``proflab``'s TensorBoard, and saves one PNG per view.
 
+* for the docs site itself, by ``tests/test_site_browser.py``, and as the
+  command that regenerates the site's screenshots (``site-*.png``):
+
+      python tests/browser.py --site
+
+  It builds the site with ``mkdocs build --strict``, serves it with a plain
+  ``python -m http.server`` on 127.0.0.1, and walks it: home, a lab page,
+  the search, the CPU/CUDA tabs.
+
 It needs Debian's ``chromium`` and ``chromium-driver`` (``tests/run.sh``
 installs them) and the ``selenium`` package.
 """
@@ -18,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -134,12 +145,182 @@ def tensorboard_screenshots(base: str, out: Path) -> list[Path]:
         driver.quit()
 
 
+# --- the docs site ---------------------------------------------------------------
+
+SITE_SHOTS = ["site-home.png", "site-lab.png", "site-search.png", "site-tabs.png"]
+
+# The labs map of the home page: one row per lab, [number, link or null, the lab's cell].
+LABS_MAP = """
+const heading = document.getElementById('the-labs');
+let node = heading && heading.nextElementSibling;
+while (node && !(node.tagName === 'TABLE' || node.querySelector('table'))) node = node.nextElementSibling;
+if (!node) return null;
+const table = node.tagName === 'TABLE' ? node : node.querySelector('table');
+return [...table.querySelectorAll('tbody tr')].map((row) => {
+  const cells = row.querySelectorAll('td');
+  const link = cells[1].querySelector('a');
+  return [cells[0].textContent.trim(), link ? link.getAttribute('href') : null, cells[1].textContent.trim()];
+});
+"""
+
+RESOURCES = "return performance.getEntriesByType('resource').map((e) => e.name)"
+
+
+def build_site(dest: Path) -> str:
+    """``mkdocs build --strict`` of the checkout into ``dest``; returns what mkdocs printed."""
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # the theme's end-of-life notice, not about these pages
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(dest)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    output = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise RuntimeError(f"mkdocs build --strict failed:\n{output}")
+    return output
+
+
+@contextmanager
+def serve_static(folder: Path, log: Path):
+    """Serve ``folder`` with ``python -m http.server`` on a free port of 127.0.0.1; yield its base URL.
+
+    The server's request log (one line per request, with its status) goes to ``log``.
+    """
+    with open(log, "w", encoding="utf-8") as requests:
+        proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1",
+                                 "--directory", str(folder)], stdout=subprocess.PIPE, stderr=requests, text=True)
+        try:
+            first = proc.stdout.readline()  # "Serving HTTP on 127.0.0.1 port 41234 (...)"
+            port = re.search(r"port (\d+)", first)
+            if not port:
+                raise RuntimeError(f"python -m http.server did not start: {first!r}")
+            yield f"http://127.0.0.1:{port.group(1)}"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def wait_until(driver, script: str, what: str, *args, timeout: float = 30.0):
+    """Run ``script`` until it returns something truthy; return that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = driver.execute_script(script, *args)
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"{what}: still not the case after {timeout:.0f} s on {driver.current_url}")
+
+
+def site_screenshots(base: str, out: Path) -> dict:
+    """Walk the docs site served at ``base``, save ``SITE_SHOTS`` into ``out``, and report what was seen.
+
+    Each step waits for its page to have rendered (the walk fails if it never
+    does); the caller asserts on the report.
+    """
+    from selenium.webdriver import ActionChains
+    from selenium.webdriver.common.by import By
+
+    out.mkdir(parents=True, exist_ok=True)
+    seen: dict = {"resources": set(), "shots": []}
+    driver = chrome()
+
+    def shot(name: str) -> None:
+        time.sleep(0.5)  # let transitions finish
+        driver.save_screenshot(str(out / name))
+        seen["shots"].append(out / name)
+
+    def leave() -> None:
+        seen["resources"].update(driver.execute_script(RESOURCES))
+
+    def scroll_to(element) -> None:  # its top just under the sticky header
+        driver.execute_script("window.scrollTo(0, arguments[0].getBoundingClientRect().top + window.scrollY - 72)",
+                              element)
+
+    try:
+        # Home: the title and the labs map.
+        driver.get(f"{base}/")
+        wait_until(driver, "return document.readyState === 'complete' && document.querySelector('h1')", "home loaded")
+        seen["title"] = driver.title
+        seen["h1"] = driver.find_element(By.TAG_NAME, "h1").text
+        seen["labs_map"] = driver.execute_script(LABS_MAP)
+        scroll_to(driver.find_element(By.ID, "the-labs"))
+        shot("site-home.png")
+        driver.execute_script("window.scrollTo(0, 0)")
+
+        # Search, from the home page.
+        box = driver.find_element(By.CSS_SELECTOR, "input.md-search__input")
+        box.click()
+        box.send_keys("DataLoader")
+        wait_until(driver, "return document.querySelectorAll('.md-search-result__item').length", "search results")
+        seen["search_meta"] = driver.find_element(By.CSS_SELECTOR, ".md-search-result__meta").text
+        seen["search_results"] = driver.execute_script(
+            "return [...document.querySelectorAll('.md-search-result__item > a')].map((a) => a.getAttribute('href'))")
+        shot("site-search.png")
+        leave()
+
+        # Lab 1: its screenshots loaded, and a copy button on every code block.
+        driver.get(f"{base}/labs/01-dataloader/")
+        wait_until(driver, "return [...document.images].every((i) => i.complete)", "images loaded")
+        seen["lab_images"] = driver.execute_script(
+            "return [...document.querySelectorAll('article img')].map((i) => [i.getAttribute('src'), i.naturalWidth])")
+        image = driver.find_element(By.CSS_SELECTOR, "article img[src$='tensorboard-trace-timeline.png']")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", image)
+        shot("site-lab.png")
+        seen["code_blocks"] = driver.execute_script("return document.querySelectorAll('article pre').length")
+        seen["copy_buttons"] = wait_until(
+            driver, "const n = document.querySelectorAll('article pre button.md-code__button').length;"
+                    "return n === document.querySelectorAll('article pre').length && n", "copy buttons")
+        button = next(b for b in driver.find_elements(By.CSS_SELECTOR, "article pre button.md-code__button")
+                      if b.is_displayed())
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", button)
+        ActionChains(driver).move_to_element(button).pause(0.3).click().perform()
+        seen["copied"] = wait_until(
+            driver, "const d = document.querySelector('.md-dialog--active'); return d && d.textContent.trim()",
+            "the copy button's confirmation")
+        leave()
+
+        # Reading a profile: the CPU/CUDA tabs switch.
+        driver.get(f"{base}/reading-a-profile/")
+        wait_until(driver, "return document.querySelector('.tabbed-labels label')", "content tabs")
+        heading = driver.find_element(By.ID, "sorting-the-table")
+        scroll_to(heading)
+        tabs = heading.find_element(By.XPATH, "following::div[contains(@class, 'tabbed-set')][1]")
+        labels = tabs.find_elements(By.CSS_SELECTOR, ".tabbed-labels label")
+        seen["tab_labels"] = [label.text for label in labels]
+        next(label for label in labels if label.text == "CUDA").click()
+        seen["tab_shown"] = wait_until(
+            driver, "const b = [...arguments[0].querySelectorAll('.tabbed-block')].filter((b) => b.offsetParent);"
+                    "return b.length === 1 && b[0].textContent", "the CUDA tab", tabs)
+        shot("site-tabs.png")
+        leave()
+    finally:
+        driver.quit()
+    seen["resources"] = sorted(seen["resources"])
+    return seen
+
+
+def site_main(out: Path) -> None:
+    work = Path(tempfile.mkdtemp(prefix="proflab-site-"))
+    try:
+        print("Building the site (mkdocs build --strict)…", flush=True)
+        build_site(work / "site")
+        with serve_static(work / "site", work / "requests.log") as base:
+            seen = site_screenshots(base, out)
+        for path in seen["shots"]:
+            print(f"wrote {path}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Regenerate the docs' TensorBoard screenshots from real runs.")
+    parser = argparse.ArgumentParser(description="Regenerate the docs' screenshots: TensorBoard's from real runs "
+                                                 "(the default), or the docs site's own (--site).")
     parser.add_argument("--out", default=str(REPO / "docs" / "assets" / "screenshots"))
+    parser.add_argument("--site", action="store_true",
+                        help="build and serve the docs site and save its site-*.png screenshots instead")
     args = parser.parse_args()
     if not available():
         raise SystemExit("needs Debian's chromium and chromium-driver, and selenium (see tests/run.sh)")
+    if args.site:
+        site_main(Path(args.out))
+        return
     root = Path(tempfile.mkdtemp(prefix="proflab-shots-"))
     shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
     env = {**os.environ, "PROFLAB_ROOT": str(root)}
