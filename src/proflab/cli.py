@@ -102,6 +102,9 @@ def cmd_list(args) -> int:
     return 0
 
 
+PRINTED_LINES_SHOWN = 10  # the tail of what a profiled lab file printed
+
+
 def cmd_run(args) -> int:
     lab, file = _lab_and_file(args.lab, args.file, args.version)
     label = _label(lab, file)
@@ -112,9 +115,11 @@ def cmd_run(args) -> int:
         outcome = execute.run(lab, file, label, device=args.device, trace_dir=folder, table=True,
                               record_shapes=args.record_shapes, profile_memory=args.profile_memory,
                               with_stack=args.with_stack, timeout_s=args.timeout)
-    if outcome.stdout.strip():
-        out.print("[dim]Your program printed:[/]")
-        out.print(escape(outcome.stdout.rstrip()))
+    printed = outcome.stdout.rstrip().splitlines()
+    if printed:
+        hidden = len(printed) - PRINTED_LINES_SHOWN
+        out.print("[dim]Your program printed" + (f" ({hidden} earlier lines not shown):[/]" if hidden > 0 else ":[/]"))
+        out.print(escape("\n".join(printed[-PRINTED_LINES_SHOWN:])))
     if not outcome.ok:
         check = checks.Check("runs", "It runs", "")
         checks.runtime_failure(check, outcome, lab, args.timeout or w.timeout_s)
