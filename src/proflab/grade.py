@@ -240,11 +240,12 @@ def prepare_data(found: Found) -> None:
 
 
 def labels(learners: list[str]) -> dict[str, str]:
-    """A run label per learner, distinct even when two names differ only in odd characters."""
+    """A run label per learner (a folder name under runs/), distinct even when two names differ
+    only in case or in characters a folder name should not hold."""
     out: dict[str, str] = {}
     taken: set[str] = set()
     for learner in learners:
-        base = "grade-" + (re.sub(r"[^A-Za-z0-9_-]+", "-", learner).strip("-") or "learner")
+        base = "grade-" + (re.sub(r"[^a-z0-9_-]+", "-", learner.lower()).strip("-") or "learner")
         label, n = base, 1
         while label in taken:
             n += 1
