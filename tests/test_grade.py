@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -315,7 +316,8 @@ def test_usage_errors_are_short_and_exit_2(tmp_path):
                        (["empty"], "empty holds no submissions"),
                        (["one.py"], "is a file, not a folder"),
                        (["class", "--lab", "7"], "no lab called '7'"),
-                       (["class", "--out", "empty"], "empty is a folder")):
+                       (["class", "--out", "empty"], "empty is a folder"),
+                       (["class", "--json-out", "one.py/grades.json"], "one.py is a file, not a folder")):
         proc = grade(kit, *args)
         assert proc.returncode == 2, (args, proc.stderr)
         assert said in proc.stderr, (args, proc.stderr)
@@ -324,12 +326,33 @@ def test_usage_errors_are_short_and_exit_2(tmp_path):
 
 def test_nothing_to_grade_still_lists_the_files_and_exits_2(tmp_path):
     kit = make_kit(tmp_path)
-    write_folder(kit.root / "class", {"alice/hello.py": "x = 1\n", "notes.txt": "hi\n"})
+    folder = write_folder(kit.root / "class", {"alice/hello.py": "x = 1\n", "notes.txt": "hi\n"})
+    with open(os.path.join(os.fsencode(folder), b"caf\xe9.py"), "w") as f:  # a name that is not UTF-8
+        f.write("x = 1\n")
     proc = grade(kit, "class")  # the default format: JSON on stdout
     assert proc.returncode == 2, proc.stderr
     record = json.loads(proc.stdout)
-    assert record["submissions"] == [] and len(record["not_graded"]) == 2
+    assert record["submissions"] == []
+    reasons = {s["file"]: s["reason"] for s in record["not_graded"]}
+    assert set(reasons) == {"alice/hello.py", "notes.txt", "caf\ufffd.py"}
+    assert "not valid UTF-8" in reasons["caf\ufffd.py"]
     assert "nothing to grade in class" in proc.stderr and "alice/hello.py" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_gradescope_takes_one_learner_whatever_else_the_folder_holds(tmp_path):
+    kit = make_kit(tmp_path)
+    write_folder(kit.root / "submission", {"90.py": "def pipeline(cfg:\n", "extra/readme.txt": "hi\n"})
+    proc = grade(kit, "submission", "--format", "gradescope")
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    import jsonschema  # the test extra
+
+    jsonschema.Draft202012Validator(json.loads((SCHEMAS / "gradescope-results.schema.json").read_text())).validate(results)
+    assert results["score"] == 0 and [t["status"] for t in results["tests"]] == ["failed"] * 4
+    assert "does not parse" in results["tests"][0]["output"] and "Not run" in results["tests"][1]["output"]
+    assert "Not graded: extra/readme.txt" in results["output"]
+    assert results["leaderboard"] == [{"name": "Lab 90 speed-up (×)", "value": 0.0, "order": "desc"}]
 
 
 def test_with_a_lab_given_exercise_py_is_that_labs(tmp_path):

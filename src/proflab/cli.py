@@ -278,12 +278,9 @@ def cmd_grade(args) -> int:
         known = labs.discover()
         only = labs.resolve(args.lab, known) if args.lab else None
         found = grade.find(Path(args.folder), only, known)
-        refused = grade_formats.refusal(args.format, found, args.folder)
+        refused = grade_formats.refusal(args.format, found, args.folder, (args.out, args.json_out))
         if refused:
             raise UsageError(refused)
-        for path in filter(None, (args.out, args.json_out)):
-            if Path(path).is_dir():
-                raise UsageError(f"{path} is a folder; --out and --json-out take a file name")
         with _status("Preparing lab data…"):
             grade.prepare_data(found)
     except (labs.ManifestError, grade.KitError) as e:
@@ -296,10 +293,12 @@ def cmd_grade(args) -> int:
         shown = grade_formats.Progress(err, update, verbose=args.verbose)
         result = grade.grade(found, device=args.device, rounds=args.rounds, timeout_s=args.timeout,
                              on_start=shown.start, on_progress=shown.step, on_done=shown.done)
-    grade_formats.write(args.format, result, args.out, args.json_out)
-    err.print(grade_formats.summary(result, args.out, args.json_out))
+    failed = grade_formats.write(args.format, result, args.out, args.json_out)
+    err.print(grade_formats.summary(result, *(p if p not in failed else None for p in (args.out, args.json_out))))
     if not found.submissions:
         raise UsageError(f"nothing to grade in {args.folder}: no file there names a lab")
+    if failed:
+        raise UsageError("; ".join(failed.values()))
     return 0 if result.graded_any else 3
 
 

@@ -76,6 +76,11 @@ class Found:
         """Everyone with a file in the folder, graded or not."""
         return sorted({s.learner for s in self.submissions} | {s.learner for s in self.skipped if s.learner})
 
+    @property
+    def graded_learners(self) -> list[str]:
+        """Everyone with a file to grade."""
+        return sorted({s.learner for s in self.submissions})
+
 
 @dataclass(frozen=True)
 class Points:
@@ -136,7 +141,7 @@ def find(folder: Path, only: labs.Lab | None, known: list[labs.Lab]) -> Found:
     submissions: list[Submission] = []
     skipped: list[Skipped] = []
     graded_as: dict[tuple[str, int], str] = {}
-    whose = folder.resolve().name
+    whose = folder.resolve().name or "learner"
 
     def add(learner: str, path: Path, lab_name: str, shown: str, owned: bool = True) -> None:
         """``owned``: a file not graded counts as the learner's (not so for loose files of the folder)."""
@@ -160,11 +165,15 @@ def find(folder: Path, only: labs.Lab | None, known: list[labs.Lab]) -> Found:
         submissions.append(Submission(learner, lab, path, shown))
 
     for entry in entries:
-        if entry.is_dir():
+        if not _printable(entry.name):
+            skipped.append(Skipped(_shown(entry.name), "its name is not valid UTF-8: rename it"))
+        elif entry.is_dir():
             inner = _entries(entry)
             for path in inner:
                 shown = f"{entry.name}/{path.name}"
-                if path.is_dir():
+                if not _printable(path.name):
+                    skipped.append(Skipped(_shown(shown), "its name is not valid UTF-8: rename it", entry.name))
+                elif path.is_dir():
                     skipped.append(Skipped(shown + "/", f"a folder inside a learner's folder: put the files "
                                                         f"directly in {entry.name}/", entry.name))
                 else:
@@ -178,6 +187,19 @@ def find(folder: Path, only: labs.Lab | None, known: list[labs.Lab]) -> Found:
         else:
             add(whose, entry, entry.stem, entry.name, owned=False)
     return Found(folder, tuple(submissions), tuple(skipped))
+
+
+def _printable(name: str) -> bool:
+    """Whether a file name can be written out (a name of bytes that are not UTF-8 cannot)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown(name: str) -> str:
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _entries(folder: Path) -> list[Path]:

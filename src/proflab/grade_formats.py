@@ -23,10 +23,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from rich import box
@@ -47,27 +49,53 @@ def render(fmt: str, result: Result) -> str:
     return {"json": to_json, "junit": to_junit, "gradescope": to_gradescope}[fmt](result)
 
 
-def refusal(fmt: str, found: Found, folder: str) -> str | None:
-    """Why ``found`` cannot be written in ``fmt``, said before any grading; None if it can."""
-    if fmt == "gradescope" and len(found.learners) > 1:
-        names = ", ".join(found.learners[:4]) + (", …" if len(found.learners) > 4 else "")
+def refusal(fmt: str, found: Found, folder: str, outputs: tuple[str | None, ...] = ()) -> str | None:
+    """Why ``found`` cannot be written as asked, said before any grading; None if it can."""
+    learners = found.graded_learners
+    if fmt == "gradescope" and len(learners) > 1:
+        names = ", ".join(learners[:4]) + (", …" if len(learners) > 4 else "")
         return (f"--format gradescope writes one learner's results.json (Gradescope grades one submission "
-                f"per run), and {folder} holds {len(found.learners)} learners ({names}): use --format json "
+                f"per run), and {folder} holds files of {len(learners)} learners ({names}): use --format json "
                 "or junit, or grade each learner's folder on its own")
+    for path in filter(None, outputs):
+        target = Path(path)
+        if target.is_dir():
+            return f"{path} is a folder; --out and --json-out take a file name"
+        above = next((p for p in target.absolute().parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            return f"cannot write {path}: {paths.display(above)} is a file, not a folder"
+        if above is not None and not os.access(above, os.W_OK):
+            return f"cannot write {path}: {paths.display(above)} is not writable"
     return None
 
 
-def write(fmt: str, result: Result, out: str | None, json_out: str | None) -> None:
-    """``fmt`` to the file ``out`` (atomically) or to stdout, as UTF-8; the JSON record to ``json_out``."""
+def write(fmt: str, result: Result, out: str | None, json_out: str | None) -> dict[str, str]:
+    """``fmt`` to the file ``out`` (atomically) or to stdout, as UTF-8; the JSON record to ``json_out``.
+
+    Returns the files that could not be written, and why: their text goes to stdout instead, never lost.
+    """
     text = render(fmt, result)
+    files = {}
     if out:
-        atomic.write_text(out, text)
+        files[out] = text
     else:
-        sys.stdout.flush()
-        sys.stdout.buffer.write(text.encode("utf-8"))
-        sys.stdout.buffer.flush()
+        _stdout(text)
     if json_out:
-        atomic.write_text(json_out, text if fmt == "json" else to_json(result))
+        files[json_out] = text if fmt == "json" else to_json(result)
+    failed = {}
+    for path, content in files.items():
+        try:
+            atomic.write_text(path, content)
+        except OSError as e:
+            failed[path] = f"could not write {path} ({e.strerror or e}); it follows on stdout instead"
+            _stdout(content)
+    return failed
+
+
+def _stdout(text: str) -> None:
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8", "replace"))
+    sys.stdout.buffer.flush()
 
 
 # --- shared ----------------------------------------------------------------------
@@ -252,8 +280,9 @@ def to_junit(result: Result) -> str:
 
 def to_gradescope(result: Result) -> str:
     """Gradescope's results.json: one learner's submissions (Gradescope grades one learner per run)."""
-    if len(result.learners) > 1:
-        raise ValueError(f"the Gradescope format holds one learner; this folder holds {len(result.learners)}")
+    learners = {g.submission.learner for g in result.graded}
+    if len(learners) > 1:
+        raise ValueError(f"the Gradescope format holds one learner; these results hold {len(learners)}")
     tests, board, lines = [], [], []
     for g in result.graded:
         r = g.report
