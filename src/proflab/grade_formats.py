@@ -37,7 +37,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__, atomic, paths, report
+from . import __version__, atomic, paths
+from . import report as check_report
 from .checks import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Check, Report
 from .grade import Found, Graded, Result, Submission
 
@@ -369,7 +370,7 @@ class Progress:
     def done(self, i: int, n: int, g: Graded) -> None:
         self.console.print(done_line(i, n, g))
         if self.verbose:
-            report.render(g.report, self.console, verbose=True)
+            check_report.render(g.report, self.console, verbose=True)
 
 
 def summary(result: Result, out: str | None = None, json_out: str | None = None) -> Group:
