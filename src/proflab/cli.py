@@ -4,6 +4,10 @@ Exit codes: 0 success (a check passed), 1 a check failed or a run broke,
 2 a usage error, 3 the kit could not grade (an edited original, a broken
 machine), 4 too noisy to call (the speed-up's interval straddles the
 threshold even after extra rounds), 130 interrupted.
+
+``proflab grade`` exits 0 when it graded the folder, whatever the learners'
+verdicts (they are in its output), 2 on a usage error (no such folder,
+nothing in it to grade), 3 when the kit could grade no submission at all.
 """
 
 from __future__ import annotations
@@ -272,6 +276,37 @@ def cmd_data(args) -> int:
     return 0
 
 
+def cmd_grade(args) -> int:
+    from . import grade, grade_formats
+
+    try:
+        known = labs.discover()
+        only = labs.resolve(args.lab, known) if args.lab else None
+        found = grade.find(Path(args.folder), only, known)
+        refused = grade_formats.refusal(args.format, found, args.folder, (args.out, args.json_out))
+        if refused:
+            raise UsageError(refused)
+        with _status("Preparing lab data…"):
+            grade.prepare_data(found)
+    except (labs.ManifestError, grade.KitError) as e:
+        broken = "a lab manifest is broken: " if isinstance(e, labs.ManifestError) else ""
+        err.print(f"[red]proflab:[/] cannot grade: {broken}{escape(str(e))}")
+        return 3
+    except (labs.LabNotFound, grade.GradeError) as e:
+        raise UsageError(str(e)) from None
+    with _status(f"Grading {len(found.submissions)} submissions, one at a time…") as update:
+        shown = grade_formats.Progress(err, update, verbose=args.verbose)
+        result = grade.grade(found, device=args.device, rounds=args.rounds, timeout_s=args.timeout,
+                             on_start=shown.start, on_progress=shown.step, on_done=shown.done)
+    failed = grade_formats.write(args.format, result, args.out, args.json_out)
+    err.print(grade_formats.summary(result, *(p if p not in failed else None for p in (args.out, args.json_out))))
+    if not found.submissions:
+        raise UsageError(f"nothing to grade in {args.folder}: no file there names a lab")
+    if failed:
+        raise UsageError("; ".join(failed.values()))
+    return 0 if result.graded_any else 3
+
+
 def cmd_quickstart(args) -> int:
     lab = _lab("1")
     out.print(f"[bold]proflab {__version__}[/] · profiling lab 1's slow pipeline and its reference fix.\n")
@@ -336,6 +371,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("data", help="prepare every lab's data under data/")
     sp.set_defaults(func=cmd_data)
+
+    sp = sub.add_parser("grade", help="grade a folder of submissions, one at a time (JSON, JUnit XML, Gradescope)")
+    sp.add_argument("folder", metavar="FOLDER",
+                    help="one file per learner and lab: FOLDER/alice/1.py, FOLDER/alice__1.py, or FOLDER/1.py "
+                         "for one learner")
+    sp.add_argument("--format", default="json", choices=("json", "junit", "gradescope"),
+                    help="what to write: the full JSON record, JUnit XML for CI, or Gradescope's results.json "
+                         "(default: json)")
+    sp.add_argument("--out", metavar="PATH", help="write it to this file (default: stdout)")
+    sp.add_argument("--json-out", metavar="PATH", help="also write the full JSON record to this file")
+    sp.add_argument("--lab", help="grade only this lab's files; then exercise.py is this lab's too")
+    sp.add_argument("--rounds", type=int, default=None, help="paired rounds of runs (default: the lab's)")
+    device(sp)
+    sp.set_defaults(func=cmd_grade)
 
     sp = sub.add_parser("quickstart", help="prepare data, then profile and grade lab 1's reference fix")
     device(sp)

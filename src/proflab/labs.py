@@ -88,6 +88,53 @@ def format_value(value: float, unit: str) -> str:
 
 
 @dataclass(frozen=True)
+class Grading:
+    """Points per check for ``proflab grade`` (the ``[grading]`` table; optional).
+
+    A check that passes earns its points; one that fails, or is skipped because
+    an earlier check failed, earns none. An inconclusive speed-up (too noisy to
+    call) earns the share ``inconclusive`` of the ``faster`` points. Full marks
+    at or above the threshold and the correctness points alone below it:
+    ``evidence = 0`` and the speed-up's points on ``faster``.
+    """
+
+    runs: float = 1.0
+    same_results: float = 3.0
+    evidence: float = 3.0
+    faster: float = 3.0
+    inconclusive: float = 0.0  # share (0 to 1) of the faster points an inconclusive speed-up earns
+
+    CHECKS = ("runs", "same_results", "evidence", "faster")
+
+    def points(self, check: str) -> float:
+        return float(getattr(self, check))
+
+    @property
+    def max_score(self) -> float:
+        return sum(self.points(name) for name in self.CHECKS)
+
+
+def _grading(table: Any, where: Path) -> Grading:
+    if not isinstance(table, dict):
+        raise ManifestError(f"{where}: [grading] must be a table of points per check")
+    known = (*Grading.CHECKS, "inconclusive")
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise ManifestError(f"{where}: [grading] has unknown key(s) {', '.join(unknown)}; "
+                            f"known: {', '.join(known)}")
+    for key, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ManifestError(f"{where}: [grading] {key} must be a number of points, 0 or more (got {value!r})")
+    if table.get("inconclusive", 0) > 1:
+        raise ManifestError(f"{where}: [grading] inconclusive is a share of the faster points, "
+                            f"from 0 to 1 (got {table['inconclusive']!r})")
+    grading = Grading(**{key: float(value) for key, value in table.items()})
+    if grading.max_score <= 0:
+        raise ManifestError(f"{where}: [grading] gives no points at all; give at least one check a point")
+    return grading
+
+
+@dataclass(frozen=True)
 class Workload:
     batch_size: int
     warmup_steps: int
@@ -132,6 +179,7 @@ class Lab:
     hints: tuple[str, ...]
     docs: str = ""
     data: str = ""  # "module:function" that prepares the lab's data under data/
+    grading: Grading = field(default_factory=Grading)  # points per check, for proflab grade
 
     @property
     def slug(self) -> str:
@@ -184,6 +232,7 @@ def load(folder: Path) -> Lab:
         hints=tuple(data.get("hints", ())),
         docs=data.get("docs", ""),
         data=data.get("data", ""),
+        grading=_grading(data["grading"], manifest) if "grading" in data else Grading(),
     )
 
 

@@ -1,0 +1,334 @@
+"""Where a class is graded: a folder of submissions, one file per learner and lab.
+
+The folder's layout (the forms can be mixed):
+
+    FOLDER/<learner>/<lab>.py     a folder per learner: alice/1.py, alice/dataloader.py, bob/03_fusion.py
+    FOLDER/<learner>__<lab>.py    flat, two underscores between the two: alice__1.py
+    FOLDER/<lab>.py               the folder is one learner's, named after it (Gradescope's
+                                  /autograder/submission holds one learner's files)
+
+``<lab>`` is what ``proflab check`` accepts: the number (``1``, ``01``), the
+name (``dataloader``), the lab's folder (``01_dataloader``) or its runs
+folder (``01-dataloader``). When one lab is being graded (``--lab``),
+``exercise.py`` is that lab's too. Hidden files and ``__pycache__`` are
+passed over; any other file that maps to no lab is listed as not graded,
+with the reason, and never stops the grading.
+
+Every submission goes through ``checks.check``, the function behind
+``proflab check``, one after another, never two at once: they are timed.
+Each is graded from a copy in a scratch folder, so the learner's file is
+never written to, and what the program writes next to itself lands in the
+scratch folder. Each learner's runs get a label of their own
+(``grade-alice``), so their traces stay apart under ``runs/<lab>/``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from . import checks, labs, paths
+
+FLAT = "__"  # alice__1.py: the learner, then the lab
+EXERCISE = "exercise"  # exercise.py is the lab given with --lab
+PASSED_OVER = {"__pycache__"}
+
+
+class GradeError(Exception):
+    """The folder cannot be graded as asked (a usage error)."""
+
+
+class KitError(Exception):
+    """The kit cannot grade at all: no labs, or a lab's data cannot be prepared."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    learner: str
+    lab: labs.Lab
+    path: Path  # the learner's file, where it was found
+    shown: str  # relative to the folder: alice/1.py
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file of the folder that is not graded, and why."""
+
+    shown: str
+    reason: str
+    learner: str = ""
+
+
+@dataclass(frozen=True)
+class Found:
+    folder: Path
+    submissions: tuple[Submission, ...]
+    skipped: tuple[Skipped, ...]
+
+    @property
+    def learners(self) -> list[str]:
+        """Everyone with a file in the folder, graded or not."""
+        return sorted({s.learner for s in self.submissions} | {s.learner for s in self.skipped if s.learner})
+
+    @property
+    def graded_learners(self) -> list[str]:
+        """Everyone with a file to grade."""
+        return sorted({s.learner for s in self.submissions})
+
+
+@dataclass(frozen=True)
+class Points:
+    check: str
+    earned: float
+    max: float
+
+
+@dataclass
+class Graded:
+    submission: Submission
+    report: checks.Report
+    points: list[Points]
+
+    @property
+    def score(self) -> float:
+        return round(sum(p.earned for p in self.points), 4)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(p.max for p in self.points), 4)
+
+    @property
+    def speedup(self) -> float | None:
+        return (self.report.comparison or {}).get("speedup")
+
+
+@dataclass
+class Result:
+    folder: Path
+    graded: list[Graded]
+    skipped: list[Skipped]
+    learners: list[str]
+    started_at: str  # ISO 8601, UTC
+    duration_s: float
+
+    @property
+    def graded_any(self) -> bool:
+        """Whether any submission got a verdict (not every one was beyond the kit)."""
+        return any(g.report.verdict != "error" for g in self.graded)
+
+
+# --- finding the submissions ------------------------------------------------------
+
+def find(folder: Path, only: labs.Lab | None, known: list[labs.Lab]) -> Found:
+    """The submissions in ``folder``, and the files that are not graded."""
+    if not folder.exists():
+        raise GradeError(f"{folder}: no such folder")
+    if not folder.is_dir():
+        raise GradeError(f"{folder} is a file, not a folder of submissions; "
+                         f"to grade one file: proflab check LAB --file {folder}")
+    if not known:
+        raise KitError(f"no labs found under {paths.labs_dir()}")
+    entries = _entries(folder)
+    if not entries:
+        raise GradeError(f"{folder} holds no submissions. Put one file per learner and lab in it: "
+                         f"{folder.name}/alice/1.py, or {folder.name}/alice__1.py")
+    submissions: list[Submission] = []
+    skipped: list[Skipped] = []
+    graded_as: dict[tuple[str, int], str] = {}
+    whose = folder.resolve().name or "learner"
+
+    def add(learner: str, path: Path, lab_name: str, shown: str, owned: bool = True) -> None:
+        """``owned``: a file not graded counts as the learner's (not so for loose files of the folder)."""
+        owner = learner if owned else ""
+        if not path.is_file():
+            skipped.append(Skipped(shown, "not a readable file", owner))
+            return
+        if path.suffix != ".py":
+            skipped.append(Skipped(shown, "not a Python file (.py)", owner))
+            return
+        lab = _which_lab(lab_name, only, known)
+        if isinstance(lab, str):
+            skipped.append(Skipped(shown, lab, owner))
+            return
+        first = graded_as.get((learner, lab.number))
+        if first:
+            skipped.append(Skipped(shown, f"a second file for lab {lab.number} by {learner}; {first} is graded",
+                                   learner))
+            return
+        graded_as[(learner, lab.number)] = shown
+        submissions.append(Submission(learner, lab, path, shown))
+
+    for entry in entries:
+        if not _printable(entry.name):
+            skipped.append(Skipped(_shown(entry.name), "its name is not valid UTF-8: rename it"))
+        elif entry.is_dir():
+            inner = _entries(entry)
+            for path in inner:
+                shown = f"{entry.name}/{path.name}"
+                if not _printable(path.name):
+                    skipped.append(Skipped(_shown(shown), "its name is not valid UTF-8: rename it", entry.name))
+                elif path.is_dir():
+                    skipped.append(Skipped(shown + "/", f"a folder inside a learner's folder: put the files "
+                                                        f"directly in {entry.name}/", entry.name))
+                else:
+                    add(entry.name, path, path.stem, shown)
+        elif FLAT in entry.stem:
+            learner, lab_name = entry.stem.rsplit(FLAT, 1)
+            if not learner.strip():
+                skipped.append(Skipped(entry.name, f"no learner before '{FLAT}': name it <learner>{FLAT}<lab>.py"))
+            else:
+                add(learner, entry, lab_name, entry.name)
+        else:
+            add(whose, entry, entry.stem, entry.name, owned=False)
+    return Found(folder, tuple(submissions), tuple(skipped))
+
+
+def _printable(name: str) -> bool:
+    """Whether a file name can be written out (a name of bytes that are not UTF-8 cannot)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown(name: str) -> str:
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return sorted((p for p in folder.iterdir() if not p.name.startswith(".") and p.name not in PASSED_OVER),
+                      key=lambda p: p.name)
+    except OSError as e:
+        raise GradeError(f"cannot read {folder}: {e.strerror or e}") from None
+
+
+def _which_lab(name: str, only: labs.Lab | None, known: list[labs.Lab]) -> labs.Lab | str:
+    """The lab a file's name gives, or why it gives none."""
+    if only is not None and name.lower() == EXERCISE:
+        return only
+    try:
+        lab = labs.resolve(name, known)
+    except labs.LabNotFound:
+        first = only or known[0]
+        names = f"{first.number}.py, {first.name}.py or {first.folder.name}.py"
+        if only is None:
+            return f"'{name}' names no lab; name the file after its lab, like {names} (or give --lab)"
+        return f"'{name}' names no lab; name it {EXERCISE}.py or {names}"
+    if only is not None and lab.number != only.number:
+        return f"lab {lab.number} ({lab.name}), and only lab {only.number} ({only.name}) is graded (--lab)"
+    return lab
+
+
+# --- grading ----------------------------------------------------------------------
+
+def score(report: checks.Report, grading: labs.Grading) -> list[Points]:
+    """The points each check earns under the lab's ``[grading]`` table."""
+    out = []
+    for c in report.checks:
+        worth = grading.points(c.name)
+        if report.verdict == "error":  # not graded: the kit, not the learner
+            earned = 0.0
+        elif c.status == checks.PASSED:
+            earned = worth
+        elif c.status == checks.INCONCLUSIVE:
+            earned = worth * grading.inconclusive
+        else:
+            earned = 0.0
+        out.append(Points(c.name, round(earned, 4), worth))
+    return out
+
+
+def prepare_data(found: Found) -> None:
+    """Prepare the data of every lab to grade, before the first timed run."""
+    from .labkit import prepare
+
+    done = set()
+    for sub in found.submissions:
+        if sub.lab.data and sub.lab.data not in done:
+            try:
+                prepare(sub.lab.data, paths.data_dir())
+            except Exception as e:  # noqa: BLE001 - whatever stops the data stops the grading
+                raise KitError(f"lab {sub.lab.number}'s data could not be prepared ({type(e).__name__}: {e}); "
+                               "run `proflab data` to see why") from None
+            done.add(sub.lab.data)
+
+
+def labels(learners: list[str]) -> dict[str, str]:
+    """A run label per learner (a folder name under runs/), distinct even when two names differ
+    only in case or in characters a folder name should not hold."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for learner in learners:
+        base = "grade-" + (re.sub(r"[^a-z0-9_-]+", "-", learner.lower()).strip("-") or "learner")
+        label, n = base, 1
+        while label in taken:
+            n += 1
+            label = f"{base}-{n}"
+        taken.add(label)
+        out[learner] = label
+    return out
+
+
+Started = Callable[[int, int, Submission], None]
+Finished = Callable[[int, int, Graded], None]
+
+
+def grade(
+    found: Found,
+    *,
+    device: str = "auto",
+    rounds: int | None = None,
+    timeout_s: float | None = None,
+    on_start: Started = lambda i, n, sub: None,
+    on_progress: checks.Progress = lambda message: None,
+    on_done: Finished = lambda i, n, graded: None,
+) -> Result:
+    """Grade every submission, one after the other."""
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = time.perf_counter()
+    label = labels(found.learners)
+    graded: list[Graded] = []
+    total = len(found.submissions)
+    for i, sub in enumerate(found.submissions, 1):
+        on_start(i, total, sub)
+        report = _check(sub, label[sub.learner], device, rounds, timeout_s, on_progress)
+        item = Graded(sub, report, score(report, sub.lab.grading))
+        graded.append(item)
+        on_done(i, total, item)
+    return Result(found.folder, graded, list(found.skipped), found.learners, started_at,
+                  time.perf_counter() - started)
+
+
+def _check(sub: Submission, label: str, device: str, rounds: int | None, timeout_s: float | None,
+           on_progress: checks.Progress) -> checks.Report:
+    """``checks.check`` on a scratch copy of the submission; the report names the learner's file."""
+    root = paths.state_dir() / "grade"
+    root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=root))
+    copy = scratch / sub.path.name
+    try:
+        try:
+            shutil.copyfile(sub.path, copy)
+        except OSError as e:
+            report = checks.Report(lab=sub.lab.name, number=sub.lab.number, title=sub.lab.title, file=str(copy),
+                                   label=label, checks=[checks.Check(*c) for c in checks.CHECKS])
+            report.verdict = "error"
+            report.error = f"{sub.shown} could not be read: {e.strerror or e}"
+        else:
+            report = checks.check(sub.lab, copy, label=label, device=device, rounds=rounds,
+                                  timeout_s=timeout_s, on_progress=on_progress)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    report.file = str(sub.path)
+    for where in {str(copy), str(copy.resolve())}:
+        report.traceback = report.traceback.replace(where, str(sub.path))
+        report.error = report.error.replace(where, str(sub.path))
+    return report
