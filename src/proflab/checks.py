@@ -146,6 +146,17 @@ def runtime_failure(check: Check, outcome: execute.Outcome, lab: labs.Lab, timeo
         check.failed(f"{name} did not finish within the time limit ({timeout:g} s)", f"under {timeout:g} s",
                      "still running, stopped", "look for an endless loop or a wait that never returns; "
                      "`proflab run` shows how far it gets")
+    elif kind == "background":
+        check.failed(f"{name}: {r.get('message', '')}", "each step does its own work, in the step",
+                     "work beside the steps", "do the work of a step inside pipeline(cfg)'s loop, before it "
+                     "yields; this lab allows no threads or processes that work on while the steps are timed")
+    elif kind == "clock":
+        check.failed(f"{name}: {r.get('message', '')}", "the same time by both clocks", "they disagree",
+                     "leave time, the profiler and the kit's own modules as they are")
+    elif kind == "memory":
+        check.failed(f"{name} {r.get('message', '')}", f"under {lab.workload.memory_mb:.0f} MB",
+                     "too much memory", "look for data kept from every step (tensors that still require "
+                     "grad, a growing list), or a bigger batch than the original's")
     elif kind == "device":
         check.failed(r.get("message", ""), "an available device", outcome.result.get("message", ""),
                      "use --device cpu")
@@ -274,7 +285,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
             same.passed(f"all {lab.workload.total_steps} steps match the original "
                         f"({', '.join(r.key for r in lab.results)})",
                         expected="the original's values", actual="equal within tolerance")
-            if not _evidence(lab, report, proof):
+            if not (_same_work_when_profiled(learners[0], report, same) and _evidence(lab, report, proof)):
                 report.verdict = FAILED
                 return
         if round_no >= rounds and not _measure_again(lab, report, round_no, time.perf_counter() - measuring_since):
@@ -292,12 +303,47 @@ def _measure_again(lab: labs.Lab, report: Report, done: int, elapsed_s: float) -
     return elapsed_s + elapsed_s / done <= lab.workload.budget_s
 
 
+# A step may run this much slower while profiled before it is suspected of
+# doing work only then (the profiler itself costs up to ~2.5x on lab 2's
+# thousands of tiny operators), and by at least this many seconds.
+PROFILED_SLOWDOWN_MAX = 5.0
+PROFILED_SLOWDOWN_MIN_S = 0.0005
+
+
+def _same_work_when_profiled(run: execute.Outcome, report: Report, same: Check) -> bool:
+    """The profiled steps are the timed steps' evidence only if they do the same work."""
+    timed, profiled = run.mean_step_s, float(run.result.get("profiled_step_s") or 0.0)
+    if profiled > PROFILED_SLOWDOWN_MAX * timed and profiled - timed > PROFILED_SLOWDOWN_MIN_S:
+        same.failed(f"a profiled step took {profiled / timed:.0f}× as long as a timed one "
+                    f"({profiled * 1000:.1f} ms against {timed * 1000:.1f} ms)",
+                    f"at most {PROFILED_SLOWDOWN_MAX:g}× (the profiler's own cost)",
+                    f"{profiled / timed:.0f}×", "do the same work in every step, profiled or not")
+        report.verdict = FAILED
+        return False
+    return True
+
+
 def _evidence(lab: labs.Lab, report: Report, proof: Check) -> bool:
     ev = lab.evidence
     if "learner" not in report.traces or "original" not in report.traces:
         proof.failed("no trace was written", "a trace from each version", "none",
-                     "the profiled steps run after the timed ones: did the pipeline stop early?")
+                     "the profiled steps run after the timed ones: did the pipeline stop early? "
+                     "Leave torch.profiler as it is.")
         return False
+    if ev.work_ops:
+        try:
+            work, compiled = evidence.work_per_step(evidence.load(report.traces["learner"]), ev.work_ops)
+        except evidence.TraceError as e:
+            proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
+            return False
+        if work < ev.min_work and not compiled:
+            names = ", ".join(ev.work_ops)
+            proof.failed(f"the profiled steps did not do the work: {ev.work}",
+                         f"at least {ev.min_work:g} calls of {names} per step",
+                         f"{work:g} per step",
+                         "compute each step's results in that step, from its own batch: not at import time, "
+                         "not in the warm-up steps, not from a cache")
+            return False
     try:
         original = evidence.measure(ev.metric, report.traces["original"])
         learner = evidence.measure(ev.metric, report.traces["learner"])

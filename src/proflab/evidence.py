@@ -299,6 +299,20 @@ def host_syncs(trace: Trace) -> Measure:
                             "steps": float(n), **by_name})
 
 
+def work_per_step(trace: Trace, ops: tuple[str, ...]) -> tuple[float, bool]:
+    """Calls per profiled step of the operators in ``ops``, at any depth; and whether compiled code ran.
+
+    Code compiled by ``torch.compile`` may do its work in generated kernels the
+    profiler cannot itemise, so a step that runs a ``CompiledFunction`` is
+    taken as doing its work.
+    """
+    n = len(trace.steps)
+    wanted = set(ops)
+    calls = len(trace.within_steps(lambda e: e.cat == "cpu_op" and e.name in wanted))
+    compiled = bool(trace.within_steps(lambda e: e.name in ("CompiledFunction", "CompiledFunctionBackward")))
+    return (calls / n if n else 0.0), compiled
+
+
 METRICS: dict[str, Callable[[Trace], Measure]] = {
     "dataloader_wait": dataloader_wait,
     "indexing_ops": indexing_ops,

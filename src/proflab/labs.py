@@ -56,6 +56,13 @@ class Evidence:
     max: float | None = None
     min: float | None = None
     max_vs_original: float | None = None
+    # The work every correct version still does in each profiled step: at
+    # least `min_work` calls per step of the operators in `work_ops` (at any
+    # depth), described as `work` in the report. A step that yields cached
+    # results runs none of them.
+    work_ops: tuple[str, ...] = ()
+    min_work: float = 0.0
+    work: str = "the model's work"
 
     def holds(self, value: float, original: float) -> bool:
         if self.max is not None and value > self.max:
@@ -148,6 +155,12 @@ class Workload:
     # and while the whole measurement stays within `budget_s` seconds.
     max_rounds: int | None = None
     budget_s: float = 300.0
+    # Resident memory of a run (its process and every process it starts), in MB.
+    memory_mb: float = 8192.0
+    # Whether a version may start worker processes that work beside the steps
+    # (lab 1's fix is DataLoader workers). A Python thread busy during the timed
+    # steps fails the check in every lab.
+    background_workers: bool = False
     threads: int | None = None  # torch intra-op threads for every version; None: torch's default
     params: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
@@ -227,7 +240,7 @@ def load(folder: Path) -> Lab:
         original_sha256=_require(files, "original_sha256", manifest),
         workload=Workload(**run),
         results=rules,
-        evidence=Evidence(**evidence),
+        evidence=Evidence(**{**evidence, "work_ops": tuple(evidence.get("work_ops", ()))}),
         thresholds=dict(_require(data, "speedup", manifest)),
         hints=tuple(data.get("hints", ())),
         docs=data.get("docs", ""),

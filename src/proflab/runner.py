@@ -28,6 +28,59 @@ from types import SimpleNamespace
 from typing import Any
 
 _clock = time.perf_counter  # bound before any learner code is imported
+_write = os.write
+
+
+def _marker(fd: int | None):
+    """Tell the checker, through a pipe, that the timed window starts (b"S") or ends (b"E").
+
+    The checker stamps each mark with its own clock, in its own process, so a
+    lab file that patches the clock in this process cannot shorten the window.
+    """
+    def mark(code: bytes) -> None:
+        if fd is not None:
+            try:
+                _write(fd, code)
+            except OSError:
+                pass
+    return mark
+
+
+def _thread_cpu_s() -> dict[int, tuple[str, float]]:
+    """CPU seconds used so far by each Python thread but this one (Linux: /proc; elsewhere: empty)."""
+    import threading
+
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    used = {}
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or not thread.native_id:
+            continue
+        try:
+            fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        used[thread.native_id] = (thread.name, (int(fields[11]) + int(fields[12])) / tick)
+    return used
+
+
+def _background(before: dict[int, tuple[str, float]], window_s: float, workers_allowed: bool) -> str | None:
+    """Work done beside the timed steps: a Python thread busy during them, or a multiprocessing child.
+
+    Idle threads a library leaves behind (torch.compile's pool) do not count;
+    a thread that used more than a tenth of the window's time (and 30 ms) does,
+    except the DataLoader's pin-memory thread. Worker processes count unless
+    the lab allows them (lab 1's fix is DataLoader workers).
+    """
+    import multiprocessing
+
+    for native_id, (name, cpu) in _thread_cpu_s().items():
+        busy = cpu - before.get(native_id, (name, 0.0))[1]
+        if busy > max(0.03, 0.1 * window_s) and "pin_memory" not in name:
+            return f"thread '{name}' used {busy * 1000:.0f} ms of CPU during the {window_s * 1000:.0f} ms of timed steps"
+    children = [] if workers_allowed else multiprocessing.active_children()
+    if children:
+        return f"process '{children[0].name}' (pid {children[0].pid}) was running during the timed steps"
+    return None
 
 
 class _Failure(Exception):
@@ -154,6 +207,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     warmup, timed, profiled = spec["warmup_steps"], spec["timed_steps"], spec["profile_steps"]
     kept: list[dict[str, Any]] = []
     step_times: list[float] = []
+    mark = _marker(spec.get("mark_fd"))
+    profiled_s = 0.0
     trace = None
     table = None
 
@@ -197,7 +252,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 end = _clock()
         else:
             sync()
+            threads_before = _thread_cpu_s()
             start = last = _clock()
+            mark(b"S")
             for _ in range(timed):
                 advance()
                 now = _clock()
@@ -205,6 +262,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 last = now
             sync()
             end = _clock()
+            mark(b"E")
+            beside = _background(threads_before, end - start, bool(spec.get("background_workers")))
+            if beside:
+                raise _Failure("background", f"work went on beside the timed steps: {beside}", file=str(path))
 
         trace_dir = spec.get("trace_dir")
         if trace_dir and profiled >= 2:
@@ -217,11 +278,13 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 with_stack=spec.get("with_stack", False),
             )
             prof.start()
+            profiled_start = _clock()
             for _ in range(profiled):
                 advance()
                 prof.step()
-            prof.stop()
             sync()
+            profiled_s = _clock() - profiled_start
+            prof.stop()
             written = sorted(Path(trace_dir).glob(f"{spec['worker_name']}.*.pt.trace.json*"),
                              key=lambda p: p.stat().st_mtime)
             trace = str(written[-1]) if written else None
@@ -234,8 +297,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 key = _sort_key(device.type, averages)
                 table = {"sort_by": key, "text": averages.table(sort_by=key, row_limit=spec.get("row_limit", 15))}
         else:
+            profiled_start = _clock()
             for _ in range(profiled):
                 advance()
+            sync()
+            profiled_s = _clock() - profiled_start
         sync()
     except _Short as short:
         expected = warmup + timed + profiled
@@ -252,6 +318,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
     return {"status": "ok", **info, "steps_done": len(kept), "step_times": step_times,
             "window_s": end - start, "mean_step_s": (end - start) / max(timed, 1),
+            "profiled_step_s": profiled_s / max(profiled, 1),
             "results": _encode(kept, torch), "trace": trace, "table": table}
 
 
