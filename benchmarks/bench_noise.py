@@ -1,0 +1,214 @@
+"""How often the checker is wrong on a busy machine, and the smallest speed-up it can see.
+
+Two measurements, both real ``proflab check`` runs in a temporary copy of the
+labs (your runs/ and progress are never touched):
+
+* ``--verdicts``: with a process hogging one core beside it (a busy loop, as
+  a second program on a shared laptop or a CI runner would), every lab's
+  reference fix and untouched exercise are checked ``--repeats`` times each.
+  A verdict is wrong when the fix does not pass or the exercise does; an
+  "inconclusive" is counted apart (it is not a wrong verdict, but a cost).
+* ``--resolution``: a calibration workload (a fixed number of matrix
+  products per step) against versions that do a known fraction less work,
+  so their true speed-up is known: 1.05x, 1.10x, 1.20x... Each is checked
+  ``--repeats`` times against a threshold of 1.0x; the resolution is the
+  smallest speed-up that passed every time (and never failed or came out
+  inconclusive).
+
+Usage:
+
+    python benchmarks/bench_noise.py --verdicts --labs 1 2 3 4 --repeats 10
+    python benchmarks/bench_noise.py --resolution --repeats 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+CALIBRATION_ORIGINAL = '''"""Calibration: each step multiplies matrices a fixed number of times."""
+import torch
+
+
+def pipeline(cfg):
+    a = torch.randn(128, 128)
+    step = 0
+    while True:
+        for _ in range(cfg.products):
+            b = a @ a
+        yield {"step": torch.tensor(float(step))}
+        step += 1
+'''
+
+CALIBRATION_FASTER = '''"""Calibration: the same steps, with {speedup}x less work in each."""
+import torch
+
+SPEEDUP = {speedup}
+
+
+def pipeline(cfg):
+    a = torch.randn(128, 128)
+    step = 0
+    while True:
+        for _ in range(round(cfg.products / SPEEDUP)):
+            b = a @ a
+        yield {{"step": torch.tensor(float(step))}}
+        step += 1
+'''
+
+
+def hog(stop) -> None:
+    """A busy loop on one core, until told to stop."""
+    x = 0
+    while not stop.is_set():
+        x = (x * 31 + 7) % 1000003
+
+
+def proflab(root: Path, *args: str) -> tuple[int, dict | None, float]:
+    env = {**os.environ, "PROFLAB_ROOT": str(root)}
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "proflab", *args, "--json"], cwd=root, env=env,
+                          capture_output=True, text=True)
+    report = json.loads(proc.stdout) if proc.stdout.strip() else None
+    return proc.returncode, report, time.perf_counter() - started
+
+
+def calibration_lab(root: Path) -> None:
+    import hashlib
+
+    folder = root / "labs" / "95_resolution"
+    folder.mkdir(parents=True)
+    (folder / "original.py").write_text(CALIBRATION_ORIGINAL)
+    (folder / "exercise.py").write_text(CALIBRATION_ORIGINAL)
+    (folder / "solution.py").write_text(CALIBRATION_ORIGINAL)
+    digest = hashlib.sha256(CALIBRATION_ORIGINAL.encode()).hexdigest()
+    (folder / "lab.toml").write_text(f'''number = 95
+name = "resolution"
+title = "Resolution: a known amount of work per step"
+summary = "Matrix products."
+[files]
+original_sha256 = "{digest}"
+[workload]
+batch_size = 1
+warmup_steps = 2
+timed_steps = 20
+profile_steps = 2
+rounds = 3
+timeout_s = 120
+threads = 1
+[workload.params]
+products = 200
+[results.step]
+what = "the step number"
+exact = true
+[evidence]
+metric = "op_count"
+label = "operators per step"
+unit = "ops"
+where = "the trace"
+[speedup]
+cpu = 1.0
+cuda = 1.0
+''')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--verdicts", action="store_true")
+    parser.add_argument("--resolution", action="store_true")
+    parser.add_argument("--labs", nargs="+", default=["1", "2", "3", "4"])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--speedups", nargs="+", type=float, default=[1.05, 1.10, 1.15, 1.20, 1.30])
+    parser.add_argument("--no-hog", action="store_true", help="measure on a quiet machine")
+    parser.add_argument("--json-out")
+    args = parser.parse_args()
+    if not (args.verdicts or args.resolution):
+        parser.error("say what to measure: --verdicts, --resolution, or both")
+
+    root = Path(tempfile.mkdtemp(prefix="proflab-noise-"))
+    shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
+    calibration_lab(root)
+    os.environ["PROFLAB_ROOT"] = str(root)
+    subprocess.run([sys.executable, "-m", "proflab", "data"], cwd=root, capture_output=True)
+    from proflab import labs
+
+    stop = multiprocessing.Event()
+    hogger = None if args.no_hog else multiprocessing.Process(target=hog, args=(stop,), daemon=True)
+    if hogger:
+        hogger.start()
+    load = "quiet machine" if args.no_hog else "one core hogged by a busy loop"
+    print(f"# proflab checker under noise — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; {load}\n",
+          flush=True)
+    figures: dict = {}
+    try:
+        if args.verdicts:
+            rows = []
+            for name in args.labs:
+                lab = labs.resolve(name)
+                tally = {"fix": {"passed": 0, "failed": 0, "inconclusive": 0, "error": 0},
+                         "exercise": {"passed": 0, "failed": 0, "inconclusive": 0, "error": 0}}
+                walls = []
+                for i in range(args.repeats):
+                    for who, extra in (("fix", ["--file", str(lab.solution)]), ("exercise", [])):
+                        code, report, wall = proflab(root, "check", name, *extra)
+                        verdict = report["verdict"] if report else "error"
+                        tally[who][verdict if verdict in tally[who] else "error"] += 1
+                        walls.append(wall)
+                    print(f"  lab {lab.number} repeat {i + 1}/{args.repeats}: fix {tally['fix']}, "
+                          f"exercise {tally['exercise']}", flush=True)
+                wrong = tally["fix"]["failed"] + tally["fix"]["error"] + tally["exercise"]["passed"]
+                rows.append((lab, tally, wrong, sum(walls) / len(walls)))
+                figures[lab.name] = {"tally": tally, "wrong": wrong}
+            print("\n| lab | fix passed | fix failed | fix inconclusive | exercise failed | exercise passed "
+                  "| wrong verdicts | mean check, s |\n|---|---|---|---|---|---|---|---|")
+            for lab, t, wrong, wall in rows:
+                print(f"| {lab.number} · {lab.name} | {t['fix']['passed']} | {t['fix']['failed']} | "
+                      f"{t['fix']['inconclusive']} | {t['exercise']['failed']} | {t['exercise']['passed']} | "
+                      f"{wrong} of {2 * args.repeats} | {wall:.0f} |")
+        if args.resolution:
+            print("\n| true speed-up | passed | failed | inconclusive | measured (median) |\n|---|---|---|---|---|")
+            resolution = None
+            for s in args.speedups:
+                file = root / f"faster_{s:.2f}.py"
+                file.write_text(CALIBRATION_FASTER.format(speedup=s))
+                counts = {"passed": 0, "failed": 0, "inconclusive": 0, "error": 0}
+                measured = []
+                for _ in range(args.repeats):
+                    code, report, _ = proflab(root, "check", "resolution", "--file", str(file))
+                    verdict = report["verdict"] if report else "error"
+                    counts[verdict if verdict in counts else "error"] += 1
+                    if report and report.get("comparison"):
+                        measured.append(report["comparison"]["speedup"])
+                measured.sort()
+                mid = measured[len(measured) // 2] if measured else float("nan")
+                print(f"| {s:.2f}× | {counts['passed']} | {counts['failed']} | {counts['inconclusive']} | "
+                      f"{mid:.3f}× |", flush=True)
+                figures[f"resolution_{s:.2f}"] = {"counts": counts, "measured": measured}
+                if resolution is None and counts["passed"] == args.repeats:
+                    resolution = s
+            print(f"\nResolution: the smallest speed-up passed in all {args.repeats} checks: "
+                  f"{f'{resolution:.2f}×' if resolution else 'none of those tried'}")
+    finally:
+        stop.set()
+        if hogger:
+            hogger.join(timeout=5)
+        shutil.rmtree(root, ignore_errors=True)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
