@@ -68,6 +68,10 @@ def overhead(lab, file: Path, repeats: int) -> dict[str, list[float]]:
     return {"plain": plain, "profiled": profiled, "device": outcome.result["device"]}
 
 
+def figures_device(report: dict | None) -> str:
+    return (report or {}).get("device", "cpu")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--labs", nargs="+", default=["1"])
@@ -86,7 +90,11 @@ def main() -> None:
 
     proflab(root, "data")
     print(f"# proflab checker benchmark — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n")
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"torch {torch.__version__}, {gpu}\n")
     figures = {}
     for name in args.labs:
         lab = labs.resolve(name)
@@ -97,6 +105,8 @@ def main() -> None:
         speedups = {v: [] for v in passing}
         rounds = {v: [] for v in passing}
         noises = []
+        evidence_seen: list[str] = []
+        report = None
         for i in range(0 if args.overhead_only else args.repeats):
             wall, code, report = proflab(root, "check", name, "--json", "--device", args.device)
             ex_walls.append(wall)
@@ -112,6 +122,9 @@ def main() -> None:
                     rounds[version].append(report["comparison"]["rounds"])
                     if version == "solution":
                         noises.append(report["comparison"]["noise"])
+                if version == "solution" and report and report.get("evidence"):
+                    ev = report["evidence"]
+                    evidence_seen.append(f"{ev['original']['value']:g} → {ev['learner']['value']:g} {ev['unit']}")
                 shown = f" ({speedups[version][-1]:.2f}×)" if speedups[version] else ""
                 line.append(f"{version} {verdicts[-1][1]}{shown}")
             print(f"  lab {lab.number} repeat {i + 1}/{args.repeats}: " + ", ".join(line), flush=True)
@@ -133,6 +146,9 @@ def main() -> None:
                 print(f"| {version}: paired rounds measured | {spread(rounds[version])} |")
         if noises:
             print(f"| noise reported for the solution (MAD/median) | median ±{stats.median(noises):.1%} |")
+        if evidence_seen:
+            print(f"| evidence ({lab.evidence.label}), original → solution | {'; '.join(sorted(set(evidence_seen)))} |")
+            print(f"| threshold on {figures_device(report)} | {lab.threshold(figures_device(report)):g}× |")
         if verdicts:
             print(f"| wrong or inconclusive verdicts | {wrong} of {len(verdicts)} |")
         for which, o in over.items():
