@@ -76,4 +76,6 @@ def test_the_terminal_report_says_inconclusive(cal_kit, tmp_path, monkeypatch):
                        "--rounds", "2")
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "INCONCLUSIVE" in proc.stdout and "too noisy" in proc.stdout
+    # The learner's runs alternate between two speeds: the report says the machine looked busy.
+    assert "The machine was busy: runs of the same version disagreed by" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr

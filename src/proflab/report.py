@@ -32,6 +32,22 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ") or " "
 
 
+# Runs of the same version that disagree by more than this (MAD/median) mean a busy machine.
+BUSY_NOISE = 0.15
+
+
+def busy_note(report: Report) -> str:
+    """A sentence on a busy machine, when the timings were noisy; empty otherwise."""
+    cmp = report.comparison or {}
+    if cmp.get("noise", 0.0) <= BUSY_NOISE:
+        return ""
+    held = {PASSED: "the verdict holds: the speed-up's whole interval is above the threshold",
+            FAILED: "the verdict holds: the speed-up's whole interval is below the threshold"}.get(
+        report.verdict, "too noisy to call")
+    return (f"The machine was busy: runs of the same version disagreed by ±{cmp['noise']:.0%} "
+            f"over {cmp['rounds']} rounds; {held}.")
+
+
 def to_markdown(report: Report) -> str:
     """The report as Markdown, for TensorBoard's Text dashboard."""
     from .breakdown import HOST_PARTS
@@ -52,6 +68,8 @@ def to_markdown(report: Report) -> str:
         lines += ["", f"**Speed-up:** {cmp['speedup']:.2f}× (threshold {report.threshold:g}×) · {interval}"
                   f"rounds {cmp['ratio_low']:.2f}–{cmp['ratio_high']:.2f}× · noise ±{cmp['noise']:.0%} · "
                   f"{cmp['rounds']} paired rounds"]
+        if busy_note(report):
+            lines += ["", f"*{busy_note(report)}*"]
     if report.breakdown:
         names = [n for n in ("original", "learner") if n in report.breakdown]
         header = ["original" if n == "original" else report.label for n in names]
@@ -108,6 +126,9 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
         console.print("\n[dim]Your program printed (last lines):[/]")
         console.print(escape("\n".join(report.output.strip().splitlines()[-8:])))
 
+    if busy_note(report):
+        style = "yellow" if report.verdict == INCONCLUSIVE else "dim"
+        console.print(f"\n[{style}]{escape(busy_note(report))}[/]")
     console.print()
     word = {PASSED: "[bold green]PASSED[/]", INCONCLUSIVE: "[bold yellow]INCONCLUSIVE[/] (too noisy to call)"}.get(
         report.verdict, "[bold red]FAILED[/]")
