@@ -23,7 +23,7 @@ def test_reference_solution_passes(solution_check):
     assert cmp["speedup"] >= report["threshold"] >= 2.0
     assert cmp["rounds"] >= 3
     # every round was timed: one mean step time per run, per version
-    assert len(report["timings"]["original"]) == len(report["timings"]["learner"]) == 3
+    assert len(report["timings"]["original"]) == len(report["timings"]["learner"]) == cmp["rounds"] >= 3
     ratios = [o / m for o, m in zip(report["timings"]["original"], report["timings"]["learner"])]
     assert cmp["ratio_low"] == pytest.approx(min(ratios))
     assert cmp["ratio_high"] == pytest.approx(max(ratios))

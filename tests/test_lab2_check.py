@@ -49,7 +49,7 @@ def test_reference_solution_passes(lab2_solution):
     cmp = report["comparison"]
     assert cmp["speedup"] >= report["threshold"] == 10.0
     assert cmp["rounds"] >= 3
-    assert len(report["timings"]["original"]) == len(report["timings"]["learner"]) == 3
+    assert len(report["timings"]["original"]) == len(report["timings"]["learner"]) == cmp["rounds"] >= 3
 
 
 def test_reference_latency_median_and_p95(lab2_solution):
