@@ -100,8 +100,8 @@ def dashboard(driver, base: str, name: str, needles: tuple[str, ...], out: Path,
     return path
 
 
-def timeline(driver, base: str, out: Path) -> Path:
-    """The kit's "Trace timeline" tab: the profiler's trace viewer, offline."""
+def timeline(driver, base: str, out: Path, name: str = "tensorboard-trace-timeline.png") -> Path:
+    """The kit's "Trace timeline" tab: the profiler's trace viewer, offline (the first run it lists)."""
     from selenium.webdriver.common.by import By
 
     driver.get(f"{base}/#proflab_timeline")
@@ -118,7 +118,7 @@ def timeline(driver, base: str, out: Path) -> Path:
         time.sleep(1)
     assert steps and int(steps) > 0, "the timeline never showed the trace's ProfilerStep# events"
     time.sleep(2)
-    path = out / "tensorboard-trace-timeline.png"
+    path = out / name
     driver.save_screenshot(str(path))
     return path
 
@@ -315,11 +315,18 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "docs" / "assets" / "screenshots"))
     parser.add_argument("--site", action="store_true",
                         help="build and serve the docs site and save its site-*.png screenshots instead")
+    parser.add_argument("--labs", nargs="+", metavar="LAB",
+                        help="instead, for each lab: grade its reference fix and save the Trace timeline of "
+                             "its original as trace-timeline-NN-name.png")
     args = parser.parse_args()
     if not available():
         raise SystemExit("needs Debian's chromium and chromium-driver, and selenium (see tests/run.sh)")
     if args.site:
         site_main(Path(args.out))
+        return
+    if args.labs:
+        for lab in args.labs:
+            lab_timeline(lab, Path(args.out))
         return
     root = Path(tempfile.mkdtemp(prefix="proflab-shots-"))
     shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
@@ -339,6 +346,35 @@ def main() -> None:
         for path in tensorboard_screenshots(f"http://127.0.0.1:{port}", Path(args.out)):
             print(f"wrote {path}")
     finally:
+        tensorboard.stop(proc)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def lab_timeline(lab: str, out: Path) -> None:
+    """Grade ``lab``'s reference fix in a scratch kit; screenshot the Trace timeline of its original."""
+    root = Path(tempfile.mkdtemp(prefix="proflab-shots-"))
+    shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
+    if (REPO / "data").is_dir():
+        (root / "data").symlink_to(REPO / "data")
+    env = {**os.environ, "PROFLAB_ROOT": str(root)}
+    os.environ["PROFLAB_ROOT"] = str(root)
+    sys.path.insert(0, str(REPO / "src"))
+    from proflab import labs, tensorboard
+    from test_tensorboard import free_port
+
+    found = labs.resolve(lab)
+    print(f"Grading lab {found.number}'s reference fix…", flush=True)
+    subprocess.run([sys.executable, "-m", "proflab", "check", lab, "--file", str(found.solution)],
+                   cwd=root, env=env, check=False, stdout=subprocess.DEVNULL)
+    port = free_port()
+    proc = tensorboard.start(root / "runs", port=port)
+    driver = chrome()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        path = timeline(driver, f"http://127.0.0.1:{port}", out, f"trace-timeline-{found.slug}.png")
+        print(f"wrote {path}")
+    finally:
+        driver.quit()
         tensorboard.stop(proc)
         shutil.rmtree(root, ignore_errors=True)
 

@@ -312,7 +312,7 @@ PROFILED_SLOWDOWN_MIN_S = 0.0005
 
 def _same_work_when_profiled(run: execute.Outcome, report: Report, same: Check) -> bool:
     """The profiled steps are the timed steps' evidence only if they do the same work."""
-    timed, profiled = run.mean_step_s, float(run.result.get("profiled_step_s") or 0.0)
+    timed, profiled = max(run.mean_step_s, 1e-9), float(run.result.get("profiled_step_s") or 0.0)
     if profiled > PROFILED_SLOWDOWN_MAX * timed and profiled - timed > PROFILED_SLOWDOWN_MIN_S:
         same.failed(f"a profiled step took {profiled / timed:.0f}× as long as a timed one "
                     f"({profiled * 1000:.1f} ms against {timed * 1000:.1f} ms)",
