@@ -32,9 +32,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from bench_checks import proflab  # this folder is on sys.path when the script runs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,15 +75,6 @@ def hog(stop) -> None:
     x = 0
     while not stop.is_set():
         x = (x * 31 + 7) % 1000003
-
-
-def proflab(root: Path, *args: str) -> tuple[int, dict | None, float]:
-    env = {**os.environ, "PROFLAB_ROOT": str(root)}
-    started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "proflab", *args, "--json"], cwd=root, env=env,
-                          capture_output=True, text=True)
-    report = json.loads(proc.stdout) if proc.stdout.strip() else None
-    return proc.returncode, report, time.perf_counter() - started
 
 
 def calibration_lab(root: Path) -> None:
@@ -163,7 +155,7 @@ def main() -> None:
                 walls = []
                 for i in range(args.repeats):
                     for who, extra in (("fix", ["--file", str(lab.solution)]), ("exercise", [])):
-                        code, report, wall = proflab(root, "check", name, *extra)
+                        wall, code, report = proflab(root, "check", name, *extra, "--json")
                         verdict = report["verdict"] if report else "error"
                         tally[who][verdict if verdict in tally[who] else "error"] += 1
                         walls.append(wall)
@@ -187,7 +179,7 @@ def main() -> None:
                 counts = {"passed": 0, "failed": 0, "inconclusive": 0, "error": 0}
                 measured = []
                 for _ in range(args.repeats):
-                    code, report, _ = proflab(root, "check", "resolution", "--file", str(file))
+                    _, code, report = proflab(root, "check", "resolution", "--file", str(file), "--json")
                     verdict = report["verdict"] if report else "error"
                     counts[verdict if verdict in counts else "error"] += 1
                     if report and report.get("comparison"):

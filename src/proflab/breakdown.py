@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .evidence import DATALOADER_PREFIX, Event, Trace
+from .evidence import DATALOADER_PREFIX, DEVICE_CATEGORIES, Event, Trace
 
 HOST_PARTS = ("DataLoader wait", "syncs", "CPU ops", "other")
 SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
               "aten::_local_scalar_dense")
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 HOST_OP_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "python_function")
 
 Interval = tuple[float, float]

@@ -330,12 +330,13 @@ def _evidence(lab: labs.Lab, report: Report, proof: Check) -> bool:
                      "the profiled steps run after the timed ones: did the pipeline stop early? "
                      "Leave torch.profiler as it is.")
         return False
+    try:  # each trace read once, for every figure taken from it
+        traces = {which: evidence.load(path) for which, path in report.traces.items()}
+    except evidence.TraceError as e:
+        proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
+        return False
     if ev.work_ops:
-        try:
-            work, compiled = evidence.work_per_step(evidence.load(report.traces["learner"]), ev.work_ops)
-        except evidence.TraceError as e:
-            proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
-            return False
+        work, compiled = evidence.work_per_step(traces["learner"], ev.work_ops)
         if work < ev.min_work and not compiled:
             names = ", ".join(ev.work_ops)
             proof.failed(f"the profiled steps did not do the work: {ev.work}",
@@ -345,14 +346,14 @@ def _evidence(lab: labs.Lab, report: Report, proof: Check) -> bool:
                          "not in the warm-up steps, not from a cache")
             return False
     try:
-        original = evidence.measure(ev.metric, report.traces["original"])
-        learner = evidence.measure(ev.metric, report.traces["learner"])
-    except (evidence.TraceError, KeyError) as e:
+        original = evidence.measure(ev.metric, traces["original"])
+        learner = evidence.measure(ev.metric, traces["learner"])
+    except KeyError as e:
         proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
         return False
     report.evidence = {"metric": ev.metric, "label": ev.label, "unit": ev.unit,
                        "original": asdict(original), "learner": asdict(learner)}
-    report.breakdown = {which: asdict(breakdown.of(evidence.load(path))) for which, path in report.traces.items()}
+    report.breakdown = {which: asdict(breakdown.of(trace)) for which, trace in traces.items()}
     expected = ev.expectation(original.value)
     actual = f"{format_value(learner.value, ev.unit)}: {learner.summary} (original: {original.summary})"
     if ev.holds(learner.value, original.value):

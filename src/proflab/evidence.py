@@ -53,6 +53,28 @@ class Trace:
         steps = self.steps
         return [e for e in self.events if predicate(e) and any(s.ts <= e.ts < s.end for s in steps)]
 
+    @property
+    def on_cuda(self) -> bool:
+        """Whether the trace holds device activity (it was profiled on CUDA)."""
+        return any(e.cat in DEVICE_CATEGORIES for e in self.events)
+
+
+# Trace categories of the work a GPU does: kernels, copies, memsets.
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _outermost(events: list[Event]) -> list[Event]:
+    """The events not nested inside another of ``events`` on the same thread, in time order."""
+    kept: list[Event] = []
+    outer_end: dict[tuple[str, str], float] = {}
+    for e in sorted(events, key=lambda e: (str(e.pid), str(e.tid), e.ts, -e.dur)):
+        thread = (str(e.pid), str(e.tid))
+        if e.ts < outer_end.get(thread, float("-inf")):
+            continue  # inside one already kept
+        kept.append(e)
+        outer_end[thread] = e.end
+    return kept
+
 
 @dataclass(frozen=True)
 class Measure:
@@ -144,18 +166,9 @@ def indexing_ops(trace: Trace) -> Measure:
     """
     steps = trace.steps
     n = len(steps)
-    found = sorted(trace.within_steps(lambda e: e.cat == "cpu_op" and e.name in INDEXING_OPS),
-                   key=lambda e: (str(e.pid), str(e.tid), e.ts, -e.dur))
-    lookups: list[Event] = []
-    outer_end: dict[tuple[str, str], float] = {}
-    for e in found:
-        thread = (str(e.pid), str(e.tid))
-        if e.ts < outer_end.get(thread, float("-inf")):
-            continue  # inside a lookup already counted
-        lookups.append(e)
-        outer_end[thread] = e.end
+    lookups = _outermost(trace.within_steps(lambda e: e.cat == "cpu_op" and e.name in INDEXING_OPS))
     copies = trace.within_steps(lambda e: e.cat == "gpu_memcpy" and "HtoD" in e.name)
-    on_cuda = any(e.cat in ("kernel", "gpu_memcpy", "gpu_memset") for e in trace.events)
+    on_cuda = trace.on_cuda
 
     counts: dict[str, int] = {}
     for e in lookups:
@@ -214,21 +227,12 @@ def op_count(trace: Trace) -> Measure:
     """
     steps = trace.steps
     n = len(steps)
-    on_cuda = any(e.cat in ("kernel", "gpu_memcpy", "gpu_memset") for e in trace.events)
+    on_cuda = trace.on_cuda
     if on_cuda:
         counted = trace.within_steps(lambda e: e.cat in ("cuda_runtime", "cuda_driver") and "LaunchKernel" in e.name)
     else:
-        found = sorted(trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::")),
-                       key=lambda e: (str(e.pid), str(e.tid), e.ts, -e.dur))
-        counted = []
-        outer_end: dict[tuple[str, str], float] = {}
-        for e in found:
-            thread = (str(e.pid), str(e.tid))
-            if e.ts < outer_end.get(thread, float("-inf")):
-                continue  # inside an outer operator
-            outer_end[thread] = e.end
-            if e.name not in VIEW_OPS:
-                counted.append(e)
+        outermost = _outermost(trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::")))
+        counted = [e for e in outermost if e.name not in VIEW_OPS]
     counts: dict[str, int] = {}
     for e in counted:
         counts[e.name] = counts.get(e.name, 0) + 1
@@ -265,28 +269,24 @@ def host_syncs(trace: Trace) -> Measure:
 
     On CPU there is no device to wait for, but the same lines still read
     tensors into Python, and the work done there on Python numbers is what
-    costs: each outermost ``aten::_local_scalar_dense`` (``.item()``,
-    ``float(t)``, ``if t:``) and each outermost ``aten::resolve_neg`` (the
-    first thing ``.tolist()`` and ``.numpy()`` do) counts once.
+    costs: each ``aten::_local_scalar_dense`` (under ``aten::item`` for
+    ``.item()``, ``float(t)``, ``if t:``) and each outermost
+    ``aten::resolve_neg`` (the first thing ``.tolist()`` and ``.numpy()`` do)
+    counts once.
     """
     n = len(trace.steps)
-    on_cuda = any(e.cat in ("kernel", "gpu_memcpy", "gpu_memset") for e in trace.events)
+    on_cuda = trace.on_cuda
     counts: dict[str, int] = {}
     if on_cuda:
         for e in trace.within_steps(lambda e: e.cat in ("cuda_runtime", "cuda_driver") and e.name in SYNC_CALLS):
             counts[e.name] = counts.get(e.name, 0) + 1
         copies = len(trace.within_steps(lambda e: e.cat == "gpu_memcpy" and "DtoH" in e.name))
     else:
-        found = sorted(trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::")),
-                       key=lambda e: (str(e.pid), str(e.tid), e.ts, -e.dur))
-        outer_end: dict[tuple[str, str], float] = {}
-        for e in found:
-            thread = (str(e.pid), str(e.tid))
-            inside = e.ts < outer_end.get(thread, float("-inf"))
-            if not inside:
-                outer_end[thread] = e.end
-            if e.name in HOST_READS and (not inside or e.name == "aten::_local_scalar_dense"):
-                counts[HOST_READS[e.name]] = counts.get(HOST_READS[e.name], 0) + 1
+        aten = trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::"))
+        reads = [e for e in aten if e.name == "aten::_local_scalar_dense"]  # always inside aten::item & co.
+        reads += [e for e in _outermost(aten) if e.name == "aten::resolve_neg"]
+        for e in reads:
+            counts[HOST_READS[e.name]] = counts.get(HOST_READS[e.name], 0) + 1
         copies = 0
     per_step = sum(counts.values()) / n
     by_name = {name: count / n for name, count in counts.items()}
@@ -321,7 +321,8 @@ METRICS: dict[str, Callable[[Trace], Measure]] = {
 }
 
 
-def measure(metric: str, trace_path: str | Path) -> Measure:
+def measure(metric: str, trace: Trace | str | Path) -> Measure:
+    """``metric`` of a trace, loaded already or read from its path."""
     if metric not in METRICS:
         raise KeyError(f"unknown evidence metric '{metric}'; known: {', '.join(sorted(METRICS))}")
-    return METRICS[metric](load(trace_path))
+    return METRICS[metric](trace if isinstance(trace, Trace) else load(trace))
