@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Kit
+from conftest import Kit, explain
 
 CALIBRATION = Path(__file__).resolve().parent / "calibration"
 
@@ -33,9 +33,10 @@ def check_with(kit: Kit, tmp_path: Path, speedups: str, monkeypatch) -> tuple[in
 
 def test_a_clear_speedup_is_called_after_the_base_rounds(cal_kit, tmp_path, monkeypatch):
     code, report = check_with(cal_kit, tmp_path, "1.5", monkeypatch)
-    assert code == 0, report
+    assert code == 0, explain(report)
     cmp = report["comparison"]
     assert cmp["rounds"] == 3
+    assert report["stopped"] == "decided"
     assert cmp["speedup"] == pytest.approx(1.5, rel=0.05)
     assert cmp["ci_low"] >= 1.2 and cmp["ci_high"] >= cmp["speedup"]
 
@@ -44,7 +45,7 @@ def test_a_close_call_gets_extra_rounds_until_it_is_clear(cal_kit, tmp_path, mon
     # Rounds 1.8, 1.25, 1.5 leave the interval across 1.2; rounds of 1.5 narrow it
     # above 1.2 by the fifth round (t-interval on the logs of the ratios).
     code, report = check_with(cal_kit, tmp_path, "1.8,1.25,1.5,1.5,1.5,1.5", monkeypatch)
-    assert code == 0, report
+    assert code == 0, explain(report)
     cmp = report["comparison"]
     assert cmp["rounds"] == 5
     assert cmp["ci_low"] >= 1.2
@@ -53,18 +54,33 @@ def test_a_close_call_gets_extra_rounds_until_it_is_clear(cal_kit, tmp_path, mon
 def test_a_coin_flip_is_inconclusive_not_a_verdict(cal_kit, tmp_path, monkeypatch):
     # Rounds alternate 1.45x and 1.0x: their mean sits on the 1.2x threshold.
     code, report = check_with(cal_kit, tmp_path, "1.45,1.0", monkeypatch)
-    assert code == 4, report
+    assert code == 4, explain(report)
     assert report["verdict"] == "inconclusive"
     faster = next(c for c in report["checks"] if c["name"] == "faster")
     assert faster["status"] == "inconclusive"
     assert "too noisy" in faster["rationale"] and "straddles" in faster["rationale"]
     assert report["comparison"]["rounds"] == 6  # the lab's max_rounds
+    assert report["stopped"] == "round limit"
+    assert "(the lab's limit of 6 rounds)" in faster["rationale"]
     assert report["comparison"]["ci_low"] < 1.2 < report["comparison"]["ci_high"]
+
+
+def test_the_time_budget_stops_extra_rounds(cal_kit, tmp_path, monkeypatch):
+    # The same coin flip, with a budget that the first three rounds already use up
+    # (each run starts a Python process and imports torch: well over a second).
+    toml = cal_kit.root / "labs" / "90_calibration" / "lab.toml"
+    toml.write_text(toml.read_text().replace("budget_s = 300", "budget_s = 1"))
+    code, report = check_with(cal_kit, tmp_path, "1.45,1.0", monkeypatch)
+    assert code == 4, explain(report)
+    assert report["comparison"]["rounds"] == 3
+    assert report["stopped"] == "time budget"
+    faster = next(c for c in report["checks"] if c["name"] == "faster")
+    assert "(the lab's 1 s time budget)" in faster["rationale"]
 
 
 def test_a_clear_slowdown_fails_after_the_base_rounds(cal_kit, tmp_path, monkeypatch):
     code, report = check_with(cal_kit, tmp_path, "1.0", monkeypatch)
-    assert code == 1, report
+    assert code == 1, explain(report)
     assert report["comparison"]["rounds"] == 3
     assert report["comparison"]["ci_high"] < 1.2
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHECK_NAMES, REPO, statuses
+from conftest import CHECK_NAMES, REPO, statuses, explain
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
 ALL_LABS = ["1", "2", "3", "4"]
@@ -45,7 +45,7 @@ def caught(report: dict, *ways: tuple[str, str]) -> None:
 @pytest.mark.parametrize("name", ["cached_at_import.py", "cached_in_warmup.py"])
 def test_results_computed_before_the_step_fail(fresh_kit, monkeypatch, lab, name):
     code, report = cheat(fresh_kit, monkeypatch, lab, name)
-    assert code == 1, report
+    assert code == 1, explain(report)
     # Yielding from a cache costs nothing, so even the profiler's own cost per
     # step may make the profiled steps stand out; otherwise they show no work.
     caught(report, NO_WORK, SLOWER_WHEN_PROFILED)
@@ -56,14 +56,14 @@ def test_results_computed_before_the_step_fail(fresh_kit, monkeypatch, lab, name
 @pytest.mark.parametrize("lab", ALL_LABS)
 def test_working_only_while_profiled_fails(fresh_kit, monkeypatch, lab):
     code, report = cheat(fresh_kit, monkeypatch, lab, "work_only_when_profiled.py")
-    assert code == 1, report
+    assert code == 1, explain(report)
     caught(report, SLOWER_WHEN_PROFILED)
 
 
 @pytest.mark.parametrize("lab", ALL_LABS)
 def test_a_thread_working_ahead_fails(fresh_kit, monkeypatch, lab):
     code, report = cheat(fresh_kit, monkeypatch, lab, "background_thread.py")
-    assert code == 1, report
+    assert code == 1, explain(report)
     # Caught while it works beside the timed steps; or, if it finished during
     # the warm-up, by profiled steps that do no work of their own.
     caught(report, WORK_BESIDE, NO_WORK, SLOWER_WHEN_PROFILED)
@@ -72,14 +72,14 @@ def test_a_thread_working_ahead_fails(fresh_kit, monkeypatch, lab):
 @pytest.mark.parametrize("lab", ALL_LABS)
 def test_a_patched_clock_is_found_out(fresh_kit, monkeypatch, lab):
     code, report = cheat(fresh_kit, monkeypatch, lab, "patched_clock.py")
-    assert code == 1, report
+    assert code == 1, explain(report)
     caught(report, CLOCK)
 
 
 @pytest.mark.parametrize("lab", ALL_LABS)
 def test_skipped_steps_fail_on_results(fresh_kit, monkeypatch, lab):
     code, report = cheat(fresh_kit, monkeypatch, lab, "skipped_steps.py")
-    assert code == 1, report
+    assert code == 1, explain(report)
     check = failed_check(report)
     assert check["name"] == "same_results"
     assert check["rationale"].startswith("step 1:")
@@ -88,7 +88,7 @@ def test_skipped_steps_fail_on_results(fresh_kit, monkeypatch, lab):
 @pytest.mark.parametrize("lab", ["1", "2"])
 def test_a_smaller_batch_fails_on_results(fresh_kit, monkeypatch, lab):
     code, report = cheat(fresh_kit, monkeypatch, lab, "smaller_batch.py")
-    assert code == 1, report
+    assert code == 1, explain(report)
     check = failed_check(report)
     assert check["name"] == "same_results"
     assert "has shape" in check["rationale"]
@@ -107,7 +107,7 @@ def test_half_of_each_batch_fails_on_results(fresh_kit, lab, folder, loop, cut):
     attempt = fresh_kit.root / "half_batch.py"
     attempt.write_text(source.replace(loop, loop + cut))
     code, report = fresh_kit.check_json(lab, "--file", str(attempt))
-    assert code == 1, report
+    assert code == 1, explain(report)
     check = failed_check(report)
     assert check["name"] == "same_results"
     assert check["rationale"].startswith("step 0:")
@@ -116,7 +116,7 @@ def test_half_of_each_batch_fails_on_results(fresh_kit, lab, folder, loop, cut):
 def test_another_seed_fails_on_results(fresh_kit, monkeypatch):
     """Lab 1 shuffles with cfg.seed; labs 2-4 read fixed batches that no seed chooses."""
     code, report = cheat(fresh_kit, monkeypatch, "1", "other_seed.py")
-    assert code == 1, report
+    assert code == 1, explain(report)
     check = failed_check(report)
     assert check["name"] == "same_results"
 
@@ -137,8 +137,8 @@ def test_an_alternative_lab4_fix_with_bincount_passes_on_cpu(fresh_kit):
     assert old in source
     attempt = fresh_kit.root / "bincount.py"
     attempt.write_text(source.replace(old, "confusion += torch.bincount(y * CLASSES + preds, minlength=CLASSES * CLASSES)"))
-    code, report = fresh_kit.check_json("4", "--file", str(attempt))
-    assert code == 0, report
+    code, report = fresh_kit.check_decided("4", "--file", str(attempt))
+    assert code == 0, explain(report)
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
 
 
@@ -147,6 +147,6 @@ def test_an_alternative_lab1_fix_with_four_workers_passes(fresh_kit):
     assert "num_workers=8," in source
     attempt = fresh_kit.root / "four_workers.py"
     attempt.write_text(source.replace("num_workers=8,", "num_workers=4,"))
-    code, report = fresh_kit.check_json("1", "--file", str(attempt))
-    assert code == 0, report
+    code, report = fresh_kit.check_decided("1", "--file", str(attempt))
+    assert code == 0, explain(report)
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import CHECK_NAMES, LEARNER_FILES, REPO, failing, statuses
+from conftest import CHECK_NAMES, LEARNER_FILES, REPO, failing, statuses, explain
 from proflab import labs
 
 
 def test_reference_solution_passes(solution_check):
     code, report = solution_check
-    assert code == 0, report
+    assert code == 0, explain(report)
     assert report["verdict"] == "passed"
     assert report["device"] == "cpu"
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
@@ -66,7 +66,7 @@ def test_untouched_exercise_is_recorded_as_failing(exercise_kit, exercise_check)
 
 def grade(kit, name: str, *extra: str) -> tuple[int, dict]:
     """Grade one file of tests/learner_files in a kit of its own (its runs never mix with others')."""
-    return kit.check_json("1", "--file", str(LEARNER_FILES / name), *extra)
+    return kit.check_decided("1", "--file", str(LEARNER_FILES / name), *extra)
 
 
 def test_a_file_that_does_not_parse(fresh_kit):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import CHECK_NAMES, LEARNER_FILES, failing, sharing_data, statuses
+from conftest import CHECK_NAMES, LEARNER_FILES, failing, sharing_data, statuses, explain
 from proflab import labs
 from proflab.labkit.recsys import RequestLog
 
@@ -21,7 +21,7 @@ def lab2_folder(kit):
 def lab2_solution(kit, tmp_path_factory):
     """The reference fix, graded once in a kit of its own (its runs never mix with others')."""
     k = sharing_data(tmp_path_factory.mktemp("lab2-solution-kit"), kit)
-    return k.check_json("2", "--file", str(lab2_folder(k) / "solution.py"))
+    return k.check_decided("2", "--file", str(lab2_folder(k) / "solution.py"))
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +42,7 @@ def profiled_ids_per_batch(kit) -> float:
 
 def test_reference_solution_passes(lab2_solution):
     code, report = lab2_solution
-    assert code == 0, report
+    assert code == 0, explain(report)
     assert report["verdict"] == "passed"
     assert report["device"] == "cpu"
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
@@ -89,7 +89,7 @@ def test_untouched_exercise_fails_on_the_evidence(lab2_exercise):
 
 
 def grade(kit, name: str) -> tuple[int, dict]:
-    return kit.check_json("2", "--file", str(LEARNER_FILES / name))
+    return kit.check_decided("2", "--file", str(LEARNER_FILES / name))
 
 
 def test_sum_pooling_fails_on_results(fresh_kit):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import CHECK_NAMES, LEARNER_FILES, failing, sharing_data, statuses
+from conftest import CHECK_NAMES, LEARNER_FILES, failing, sharing_data, statuses, explain
 
 
 def lab3_folder(kit):
@@ -20,16 +20,16 @@ def lab3_folder(kit):
 def lab3_solution(kit, tmp_path_factory):
     """The reference fix, graded once in a kit of its own (its runs never mix with others')."""
     k = sharing_data(tmp_path_factory.mktemp("lab3-solution-kit"), kit)
-    return k.check_json("3", "--file", str(lab3_folder(k) / "solution.py"))
+    return k.check_decided("3", "--file", str(lab3_folder(k) / "solution.py"))
 
 
 def grade(kit, name: str) -> tuple[int, dict]:
-    return kit.check_json("3", "--file", str(LEARNER_FILES / name))
+    return kit.check_decided("3", "--file", str(LEARNER_FILES / name))
 
 
 def test_reference_solution_passes(lab3_solution):
     code, report = lab3_solution
-    assert code == 0, report
+    assert code == 0, explain(report)
     assert report["verdict"] == "passed"
     assert report["device"] == "cpu"
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
@@ -63,7 +63,7 @@ def test_untouched_exercise_fails(fresh_kit):
 
 def test_torch_compile_fix_passes(fresh_kit):
     code, report = grade(fresh_kit, "lab3_compile.py")
-    assert code == 0, report
+    assert code == 0, explain(report)
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
     assert report["evidence"]["learner"]["value"] <= 0.5 * report["evidence"]["original"]["value"]
 
@@ -71,7 +71,7 @@ def test_torch_compile_fix_passes(fresh_kit):
 def test_mixed_fix_passes(fresh_kit):
     """The fused attention built-in for attention, torch.compile for the hand-written rest."""
     code, report = grade(fresh_kit, "lab3_mix.py")
-    assert code == 0, report
+    assert code == 0, explain(report)
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
 
 

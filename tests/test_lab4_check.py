@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from conftest import CHECK_NAMES, LEARNER_FILES, failing, sharing_data, statuses
+from conftest import CHECK_NAMES, LEARNER_FILES, failing, sharing_data, statuses, explain
 
 
 def lab4_folder(kit):
@@ -22,12 +22,12 @@ def lab4_folder(kit):
 def lab4_solution(kit, tmp_path_factory):
     """The reference fix, graded once in a kit of its own."""
     k = sharing_data(tmp_path_factory.mktemp("lab4-solution-kit"), kit)
-    return k.check_json("4", "--file", str(lab4_folder(k) / "solution.py"))
+    return k.check_decided("4", "--file", str(lab4_folder(k) / "solution.py"))
 
 
 def test_reference_solution_passes(lab4_solution):
     code, report = lab4_solution
-    assert code == 0, report
+    assert code == 0, explain(report)
     assert report["device"] == "cpu"
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
     assert report["comparison"]["speedup"] >= report["threshold"] == 1.5

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Kit
+from conftest import Kit, explain
 
 CALIBRATION = Path(__file__).resolve().parent / "calibration"
 FAST = "import time\nimport torch\n\n\ndef pipeline(cfg):\n    step = 0\n    while True:\n" \
@@ -39,7 +39,7 @@ def test_a_run_that_takes_too_much_memory_is_stopped(cal_kit):
     hog = write(cal_kit, "hog.py", FAST.replace("def pipeline(cfg):\n", "def pipeline(cfg):\n"
                                                 "    kept = [torch.ones(256, 1024, 1024) for _ in range(3)]  # 3 GB\n"))
     code, report = cal_kit.check_json("calibration", "--file", str(hog))
-    assert code == 1, report
+    assert code == 1, explain(report)
     runs = next(c for c in report["checks"] if c["name"] == "runs")
     assert runs["status"] == "failed"
     assert "used more than 1500 MB of memory" in runs["rationale"]

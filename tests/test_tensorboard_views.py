@@ -17,6 +17,7 @@ import urllib.request
 
 import pytest
 
+from conftest import explain
 from proflab import tensorboard
 from test_tensorboard import free_port
 
@@ -26,7 +27,7 @@ RUNS = {"original": "01-dataloader/original", "learner": "01-dataloader/referenc
 @pytest.fixture(scope="module")
 def server(kit, solution_check):
     code, report = solution_check
-    assert code == 0, report
+    assert code == 0, explain(report)
     port = free_port()
     proc = tensorboard.start(kit.root / "runs", port=port)
     base = f"http://127.0.0.1:{port}"

@@ -83,6 +83,7 @@ class Report:
     output: str = ""
     traceback: str = ""
     duration_s: float = 0.0
+    stopped: str = ""  # why the measuring stopped: decided | round limit | time budget
 
     @property
     def exit_code(self) -> int:
@@ -288,19 +289,30 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
             if not (_same_work_when_profiled(learners[0], report, same) and _evidence(lab, report, proof)):
                 report.verdict = FAILED
                 return
-        if round_no >= rounds and not _measure_again(lab, report, round_no, time.perf_counter() - measuring_since):
+        if round_no >= rounds:
+            report.stopped = _stop_reason(lab, report, round_no, time.perf_counter() - measuring_since)
+            if report.stopped == "":
+                continue
             break
 
     _faster(lab, report, faster)
     report.verdict = {PASSED: PASSED, FAILED: FAILED}.get(faster.status, INCONCLUSIVE)
 
 
-def _measure_again(lab: labs.Lab, report: Report, done: int, elapsed_s: float) -> bool:
-    """Another round, when the speed-up is still too close to the threshold to call and time allows."""
+def _stop_reason(lab: labs.Lab, report: Report, done: int, elapsed_s: float) -> str:
+    """Why the measuring stops after ``done`` rounds, or "" for another round.
+
+    Another round is run while the speed-up is too close to the threshold to
+    call, up to the lab's round limit and while it fits in its time budget.
+    """
     cmp = stats.compare(report.timings["original"], report.timings["learner"])
-    if cmp.decide(lab.threshold(report.device)) != stats.UNCLEAR or done >= lab.workload.round_limit:
-        return False
-    return elapsed_s + elapsed_s / done <= lab.workload.budget_s
+    if cmp.decide(lab.threshold(report.device)) != stats.UNCLEAR:
+        return "decided"
+    if done >= lab.workload.round_limit:
+        return "round limit"
+    if elapsed_s + elapsed_s / done > lab.workload.budget_s:
+        return "time budget"
+    return ""
 
 
 # A step may run this much slower while profiled before it is suspected of
@@ -389,8 +401,11 @@ def _faster(lab: labs.Lab, report: Report, faster: Check) -> None:
         faster.failed(f"{cmp.speedup:.2f}× is below the {threshold:g}× this lab asks for on {report.device} "
                       f"({interval})", expected, measured, where_to_look(lab))
     else:
+        limit = {"round limit": f"the lab's limit of {lab.workload.round_limit} rounds",
+                 "time budget": f"the lab's {lab.workload.budget_s:g} s time budget"}.get(report.stopped, "")
         faster.inconclusive(
-            f"inconclusive: too noisy to tell. {cmp.speedup:.2f}× over {cmp.rounds} rounds, but the "
-            f"{interval} straddles the {threshold:g}× threshold", expected, measured,
+            f"inconclusive: too noisy to tell. {cmp.speedup:.2f}× over {cmp.rounds} rounds"
+            f"{f' ({limit})' if limit else ''}, but the {interval} straddles the {threshold:g}× threshold",
+            expected, measured,
             "the machine was too busy to trust these timings: close other programs (or wait for other "
             "jobs to finish) and check again; --rounds N starts with more rounds")
