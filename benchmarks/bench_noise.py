@@ -152,24 +152,29 @@ def main() -> None:
                 lab = labs.resolve(name)
                 tally = {"fix": {"passed": 0, "failed": 0, "inconclusive": 0, "error": 0},
                          "exercise": {"passed": 0, "failed": 0, "inconclusive": 0, "error": 0}}
-                walls = []
+                walls, speedups, rounds = [], [], []
                 for i in range(args.repeats):
                     for who, extra in (("fix", ["--file", str(lab.solution)]), ("exercise", [])):
                         wall, code, report = proflab(root, "check", name, *extra, "--json")
                         verdict = report["verdict"] if report else "error"
                         tally[who][verdict if verdict in tally[who] else "error"] += 1
                         walls.append(wall)
+                        if who == "fix" and report and report.get("comparison"):
+                            speedups.append(report["comparison"]["speedup"])
+                            rounds.append(report["comparison"]["rounds"])
                     print(f"  lab {lab.number} repeat {i + 1}/{args.repeats}: fix {tally['fix']}, "
                           f"exercise {tally['exercise']}", flush=True)
                 wrong = tally["fix"]["failed"] + tally["fix"]["error"] + tally["exercise"]["passed"]
-                rows.append((lab, tally, wrong, sum(walls) / len(walls)))
-                figures[lab.name] = {"tally": tally, "wrong": wrong}
+                rows.append((lab, tally, wrong, sum(walls) / len(walls), sorted(speedups), rounds))
+                figures[lab.name] = {"tally": tally, "wrong": wrong, "fix_speedups": speedups, "fix_rounds": rounds}
             print("\n| lab | fix passed | fix failed | fix inconclusive | exercise failed | exercise passed "
-                  "| wrong verdicts | mean check, s |\n|---|---|---|---|---|---|---|---|")
-            for lab, t, wrong, wall in rows:
+                  "| wrong verdicts | fix speed-up, median (min–max) | fix rounds (max) | mean check, s |"
+                  "\n|---|---|---|---|---|---|---|---|---|---|")
+            for lab, t, wrong, wall, ups, rnds in rows:
+                spread = (f"{ups[len(ups) // 2]:.2f}× ({ups[0]:.2f}–{ups[-1]:.2f})" if ups else "–")
                 print(f"| {lab.number} · {lab.name} | {t['fix']['passed']} | {t['fix']['failed']} | "
                       f"{t['fix']['inconclusive']} | {t['exercise']['failed']} | {t['exercise']['passed']} | "
-                      f"{wrong} of {2 * args.repeats} | {wall:.0f} |")
+                      f"{wrong} of {2 * args.repeats} | {spread} | {max(rnds, default=0)} | {wall:.0f} |")
         if args.resolution:
             print("\n| true speed-up | passed | failed | inconclusive | measured (median) |\n|---|---|---|---|---|")
             resolution = None
