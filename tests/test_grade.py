@@ -176,6 +176,8 @@ def test_the_json_record_has_check50_like_checks_and_the_raw_timings(graded):
     assert checks["bob"]["faster"]["expected"] == "at least 1.2× on cpu"
     assert "0.2" in checks["bob"]["faster"]["actual"]
     assert checks["erin"]["faster"]["status"] == "inconclusive" and checks["erin"]["faster"]["score"] == 2.5
+    assert graded.submission("erin")["stopped"] == "round limit"
+    assert graded.submission("alice")["stopped"] == "decided"
     assert "gave up at step 2" in checks["gina"]["runs"]["actual"]
     alice = graded.submission("alice")
     assert len(alice["timings"]["original"]) == len(alice["timings"]["learner"]) == 2

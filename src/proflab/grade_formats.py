@@ -171,6 +171,7 @@ def submission_record(graded: Graded) -> dict[str, Any]:
             for c, p in zip(r.checks, graded.points)
         ],
         "comparison": r.comparison,
+        "stopped": r.stopped,
         "timings": r.timings,
         "step_times": r.step_times,
         "latency": r.latency,
