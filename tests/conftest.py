@@ -28,6 +28,17 @@ def statuses(report: dict) -> dict[str, str]:
     return {c["name"]: c["status"] for c in report["checks"]}
 
 
+def as_in_a_terminal() -> None:
+    """``preexec_fn`` for a command a test interrupts: Ctrl-C reaches it as it would in a terminal.
+
+    A test suite started in the background (``cmd &``, many CI runners) has
+    SIGINT ignored, and a child inherits that; a terminal's foreground job never has.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def explain(report: dict) -> str:
     """A failed assertion's message: each check, the timings and why measuring stopped, never truncated."""
     lines = [f"verdict {report.get('verdict')} (exit {report.get('exit_code')}) on {report.get('device')}"

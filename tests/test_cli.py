@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import as_in_a_terminal
 from proflab import quiet
 
 
@@ -117,6 +118,7 @@ def _runner_processes(root) -> list[str]:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
 def test_stopping_a_check_stops_everything_it_started(fresh_kit, sig):
     proc = subprocess.Popen([sys.executable, "-m", "proflab", "check", "1"], cwd=fresh_kit.root,
+                            preexec_fn=as_in_a_terminal,
                             env=fresh_kit.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not _runner_processes(fresh_kit.root) and time.monotonic() < deadline:

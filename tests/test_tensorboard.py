@@ -12,6 +12,8 @@ import urllib.request
 
 import pytest
 
+from conftest import as_in_a_terminal
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -28,7 +30,7 @@ def get_json(url: str):
 def test_tensorboard_lists_lab1_runs_and_stops_cleanly(kit, solution_check, sig):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "proflab", "tensorboard", "--port", str(port)],
-                            cwd=kit.root, env={**kit.env(), "PYTHONUNBUFFERED": "1"},
+                            cwd=kit.root, env={**kit.env(), "PYTHONUNBUFFERED": "1"}, preexec_fn=as_in_a_terminal,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         banner = [proc.stdout.readline() for _ in range(3)]
