@@ -291,9 +291,8 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                 return
         if round_no >= rounds:
             report.stopped = _stop_reason(lab, report, round_no, time.perf_counter() - measuring_since)
-            if report.stopped == "":
-                continue
-            break
+            if report.stopped:
+                break
 
     _faster(lab, report, faster)
     report.verdict = {PASSED: PASSED, FAILED: FAILED}.get(faster.status, INCONCLUSIVE)
