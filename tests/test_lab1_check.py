@@ -40,7 +40,7 @@ def test_reference_removes_most_of_the_dataloader_wait(solution_check):
     assert ev["metric"] == "dataloader_wait"
     # Every sample of a batch waits on storage in the main process: a floor no machine load lowers.
     lab = labs.resolve("1", labs.discover(REPO / "labs"))
-    latency_ms = float(lab.workload.env["PROFLAB_STORAGE_LATENCY_MS"])
+    latency_ms = lab.storage.latency_ms
     assert ev["original"]["value"] >= 0.95 * lab.workload.batch_size * latency_ms
     assert ev["original"]["details"]["share"] > 2 * ev["learner"]["details"]["share"]
     assert ev["learner"]["value"] <= 0.5 * ev["original"]["value"]

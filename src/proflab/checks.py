@@ -79,6 +79,9 @@ class Report:
     latency: dict[str, dict[str, float]] = field(default_factory=dict)  # per-step median and p95, ms
     breakdown: dict[str, dict[str, Any]] = field(default_factory=dict)  # where a profiled step's time went
     traces: dict[str, str] = field(default_factory=dict)
+    trace_sha256: dict[str, str] = field(default_factory=dict)  # as each run sent it, the moment it was written
+    audited: bool = True  # False only when the source audit was turned off (the kit's own tests)
+    refused: list[dict[str, Any]] = field(default_factory=list)  # what the source audit refused, line by line
     runs_dir: str = ""
     output: str = ""
     traceback: str = ""
@@ -151,6 +154,14 @@ def runtime_failure(check: Check, outcome: execute.Outcome, lab: labs.Lab, timeo
         check.failed(f"{name}: {r.get('message', '')}", "each step does its own work, in the step",
                      "work beside the steps", "do the work of a step inside pipeline(cfg)'s loop, before it "
                      "yields; this lab allows no threads or processes that work on while the steps are timed")
+    elif kind == "marks":
+        check.failed(f"{name}: {r.get('message', '')}", "every step marked, in order, as the kit's runner marks it",
+                     "marks missing or out of order", "leave the kit's runner, its pipe and its file descriptors "
+                     "alone; if you did not touch them, run `proflab run` to see whether the run ends early")
+    elif kind == "storage":
+        check.failed(f"{name}: {r.get('message', '')}", "every sample read from the lab's storage",
+                     "samples that did not come from storage", "read every sample through the lab's dataset "
+                     "(PhotoDataset): make the reads overlap (DataLoader workers), not disappear")
     elif kind == "clock":
         check.failed(f"{name}: {r.get('message', '')}", "the same time by both clocks", "they disagree",
                      "leave time, the profiler and the kit's own modules as they are")
@@ -174,11 +185,18 @@ def check(
     rounds: int | None = None,
     timeout_s: float | None = None,
     on_progress: Progress = lambda message: None,
+    audited: bool = True,
 ) -> Report:
-    """Grade ``file`` against ``lab``'s original. Never raises for a learner's mistake."""
+    """Grade ``file`` against ``lab``'s original. Never raises for a learner's mistake.
+
+    ``audited=False`` skips the source audit; the kit's own tests use it to
+    show that the checks after it catch what it would have refused. The
+    report says so.
+    """
     started = time.perf_counter()
     report = Report(lab=lab.name, number=lab.number, title=lab.title, file=str(file), label=label,
-                    checks=[Check(*c) for c in CHECKS], runs_dir=str(paths.runs_dir() / lab.slug))
+                    checks=[Check(*c) for c in CHECKS], runs_dir=str(paths.runs_dir() / lab.slug),
+                    audited=audited)
     rounds = rounds or lab.workload.rounds
     timeout = timeout_s or lab.workload.timeout_s
     try:
@@ -209,6 +227,9 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
             "code": (e.text or "").strip()}), lab, timeout)
         report.verdict = FAILED
         return
+    if report.audited and _refused(lab, file, report, runs):
+        report.verdict = FAILED
+        return
 
     originals: list[execute.Outcome] = []
     learners: list[execute.Outcome] = []
@@ -222,11 +243,13 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
         on_progress(f"round {round_no}/{rounds}: running the {what}" if round_no <= rounds else
                     f"extra round {round_no}: the speed-up is close to the threshold, measuring again ({what})")
         outcome = execute.run(lab, lab.original if which == "original" else file, name, device=device,
-                              trace_dir=fresh_trace_dir(lab, name) if first else None, timeout_s=timeout)
+                              trace_dir=fresh_trace_dir(lab, name) if first else None, timeout_s=timeout,
+                              checking=True)
         if outcome.ok and device == "auto":  # both versions then run where the first one did
             device = outcome.result["device"]
         if outcome.ok and first and outcome.result.get("trace"):
             report.traces[which] = outcome.result["trace"]
+            report.trace_sha256[which] = outcome.result.get("trace_sha256") or ""
         return outcome
 
     round_no = 0
@@ -275,8 +298,9 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                             diff.hint or where_to_look(lab))
                 report.verdict = FAILED
                 return
-        report.timings["original"] = [o.mean_step_s for o in originals]
-        report.timings["learner"] = [o.mean_step_s for o in learners]
+        allowance = first_step_allowance(lab, originals)
+        report.timings["original"] = [counted_step_s(o, allowance) for o in originals]
+        report.timings["learner"] = [counted_step_s(o, allowance) for o in learners]
         report.step_times["original"] = [t for o in originals for t in o.result["step_times"]]
         report.step_times["learner"] = [t for o in learners for t in o.result["step_times"]]
 
@@ -286,7 +310,8 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
             same.passed(f"all {lab.workload.total_steps} steps match the original "
                         f"({', '.join(r.key for r in lab.results)})",
                         expected="the original's values", actual="equal within tolerance")
-            if not (_same_work_when_profiled(learners[0], report, same) and _evidence(lab, report, proof)):
+            if not (_same_work_when_profiled(learners[0], report, same)
+                    and _evidence(lab, report, proof, learners[0])):
                 report.verdict = FAILED
                 return
         if round_no >= rounds:
@@ -296,6 +321,55 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
 
     _faster(lab, report, faster)
     report.verdict = {PASSED: PASSED, FAILED: FAILED}.get(faster.status, INCONCLUSIVE)
+
+
+def _refused(lab: labs.Lab, file: Path, report: Report, runs: Check) -> bool:
+    """The source audit, before anything runs: a file that reaches for the checker's own machinery is refused."""
+    from . import audit
+
+    findings = audit.audit_file(file, allow=lab.audit.allow, refuse=lab.audit.refuse)
+    if not findings:
+        return False
+    report.refused = [asdict(f) for f in findings]
+    first = findings[0]
+    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+    runs.failed(f"the checker refuses to run {file.name}: line {first.line}{more}: {first.message}",
+                "a lab file that leaves the checker's process alone",
+                f"{len(findings)} line{'s' if len(findings) > 1 else ''} refused",
+                "change the lines shown; the instructor guide's 'What the checker guards against' says why "
+                "each is refused",
+                [f"{f.line:>4} | {f.code}   ({f.rule})" for f in findings[:8]])
+    return True
+
+
+# The learner's first step may run this much longer than the original's
+# (scheduling noise) before the excess counts as work moved into it.
+FIRST_STEP_SLACK = 1.1
+FIRST_STEP_SLACK_S = 0.02
+
+
+def first_step_allowance(lab: labs.Lab, originals: list[execute.Outcome]) -> float:
+    """How long a version's first step may take and still be left out of its time, in seconds.
+
+    The first step builds the pipeline (data, model, DataLoader workers) before
+    its work, so it is not timed, but only up to what the original's first step
+    took (the median over its runs so far), a little slack, and the lab's
+    ``startup_s`` (starting worker processes, for instance). What a version
+    does beyond that in its first step is work moved out of the timed steps,
+    and counts. Time spent compiling (torch.compile) is left out on top.
+    """
+    firsts = [float(o.result.get("first_step_s", 0.0)) for o in originals]
+    return (stats.median(firsts) if firsts else 0.0) * FIRST_STEP_SLACK + FIRST_STEP_SLACK_S + lab.workload.startup_s
+
+
+def counted_step_s(run: execute.Outcome, allowance_s: float) -> float:
+    """The time per step the speed-up compares: every warm-up and timed step, stamped by the checker,
+    less the time spent compiling and at most ``allowance_s`` of the first step."""
+    r = run.result
+    if "span_s" not in r:  # a run without the checker's stamps (never the case in a check)
+        return run.mean_step_s
+    left_out = float(r["compile_s"]) + min(float(r["first_step_s"]), allowance_s)
+    return max(0.0, float(r["span_s"]) - left_out) / max(int(r["counted_steps"]), 1)
 
 
 def _stop_reason(lab: labs.Lab, report: Report, done: int, elapsed_s: float) -> str:
@@ -323,7 +397,8 @@ PROFILED_SLOWDOWN_MIN_S = 0.0005
 
 def _same_work_when_profiled(run: execute.Outcome, report: Report, same: Check) -> bool:
     """The profiled steps are the timed steps' evidence only if they do the same work."""
-    timed, profiled = max(run.mean_step_s, 1e-9), float(run.result.get("profiled_step_s") or 0.0)
+    timed = max(float(run.result.get("timed_mean_step_s", run.mean_step_s)), 1e-9)
+    profiled = float(run.result.get("profiled_step_s") or 0.0)
     if profiled > PROFILED_SLOWDOWN_MAX * timed and profiled - timed > PROFILED_SLOWDOWN_MIN_S:
         same.failed(f"a profiled step took {profiled / timed:.0f}× as long as a timed one "
                     f"({profiled * 1000:.1f} ms against {timed * 1000:.1f} ms)",
@@ -334,25 +409,59 @@ def _same_work_when_profiled(run: execute.Outcome, report: Report, same: Check) 
     return True
 
 
-def _evidence(lab: labs.Lab, report: Report, proof: Check) -> bool:
+# A profiled step in the trace may differ from the same step stamped by the
+# checker by the profiler's own book-keeping between steps; more than this
+# factor either way means the trace is not of these steps.
+TRACE_STEP_FACTOR = 2.0
+TRACE_STEP_SLACK_S = 0.02
+
+
+def _trace_matches_steps(lab: labs.Lab, trace: evidence.Trace, run: execute.Outcome, proof: Check) -> bool:
+    """The trace's steps against the profiled steps the checker stamped from outside: as many, as long."""
+    expected = lab.workload.profile_steps - 1  # the schedule's first profiled step only warms the profiler up
+    steps = trace.steps
+    stamped = run.result.get("profiled_steps_s", [])[1:]
+    in_trace = sum(s.dur for s in steps) / 1e6
+    outside = sum(stamped)
+    if len(steps) != expected or not (
+            outside / TRACE_STEP_FACTOR - TRACE_STEP_SLACK_S <= in_trace <= outside * TRACE_STEP_FACTOR + TRACE_STEP_SLACK_S):
+        proof.failed("the trace does not match the profiled steps the checker saw",
+                     f"{expected} steps taking about {outside * 1000:.0f} ms in all",
+                     f"{len(steps)} steps taking {in_trace * 1000:.0f} ms",
+                     "leave torch.profiler and the trace files as they are")
+        return False
+    return True
+
+
+def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.Outcome) -> bool:
     ev = lab.evidence
     if "learner" not in report.traces or "original" not in report.traces:
         proof.failed("no trace was written", "a trace from each version", "none",
                      "the profiled steps run after the timed ones: did the pipeline stop early? "
                      "Leave torch.profiler as it is.")
         return False
+    changed = [which for which, path in report.traces.items()
+               if labs.sha256(Path(path)) != report.trace_sha256.get(which)]
+    if changed:
+        proof.failed("the trace was changed after the profiler wrote it", "the trace as the profiler wrote it",
+                     "a different file", "leave the trace files alone: the checker reads them as they were written")
+        return False
     try:  # each trace read once, for every figure taken from it
         traces = {which: evidence.load(path) for which, path in report.traces.items()}
     except evidence.TraceError as e:
         proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
         return False
+    if not _trace_matches_steps(lab, traces["learner"], learner_run, proof):
+        return False
     if ev.work_ops:
-        work, compiled = evidence.work_per_step(traces["learner"], ev.work_ops)
-        if work < ev.min_work and not compiled:
-            names = ", ".join(ev.work_ops)
+        names = ", ".join(ev.work_ops)
+        work = evidence.work_flops(traces["learner"], ev.work_ops)
+        needed = ev.min_work_vs_original * evidence.work_flops(traces["original"], ev.work_ops).value
+        if work.value < needed:
             proof.failed(f"the profiled steps did not do the work: {ev.work}",
-                         f"at least {ev.min_work:g} calls of {names} per step",
-                         f"{work:g} per step",
+                         f"at least {needed / 1e6:.1f} MFLOPs per step in {names} "
+                         f"({ev.min_work_vs_original:g}× the original's)",
+                         f"{work.summary}",
                          "compute each step's results in that step, from its own batch: not at import time, "
                          "not in the warm-up steps, not from a cache")
             return False

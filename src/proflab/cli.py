@@ -13,6 +13,7 @@ nothing in it to grade), 3 when the kit could grade no submission at all.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
@@ -63,6 +64,12 @@ def _lab_and_file(target: str, file: str | None, version: str = "exercise") -> t
             raise UsageError(f"{file}: no such file")
         return lab, path.resolve()
     return lab, {"exercise": lab.exercise, "original": lab.original, "solution": lab.solution}[version]
+
+
+def _audited() -> bool:
+    """The source audit is on unless PROFLAB_AUDIT=off in the checker's own environment (the kit's tests
+    use it to exercise the checks behind the audit); ``proflab grade`` always audits."""
+    return os.environ.get("PROFLAB_AUDIT", "on").lower() != "off"
 
 
 def _label(lab: labs.Lab, file: Path) -> str:
@@ -161,7 +168,7 @@ def cmd_check(args) -> int:
     label = _label(lab, file)
     with _status(f"Checking {file.name} against the original…", enabled=True) as update:
         result = checks.check(lab, file, label=label, device=args.device, rounds=args.rounds,
-                              timeout_s=args.timeout, on_progress=update)
+                              timeout_s=args.timeout, on_progress=update, audited=_audited())
     if label == "yours" and result.verdict in (checks.PASSED, checks.FAILED):
         progress.record_check(lab.name, result.verdict == checks.PASSED,
                               (result.comparison or {}).get("speedup"), result.device)

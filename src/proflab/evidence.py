@@ -33,6 +33,7 @@ class Event:
     dur: float
     pid: Any
     tid: Any
+    args: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def end(self) -> float:
@@ -95,7 +96,8 @@ def load(path: str | Path) -> Trace:
     except (OSError, json.JSONDecodeError) as e:
         raise TraceError(f"cannot read trace {path}: {e}") from None
     events = [
-        Event(e["name"], e.get("cat", ""), float(e["ts"]), float(e.get("dur", 0.0)), e.get("pid"), e.get("tid"))
+        Event(e["name"], e.get("cat", ""), float(e["ts"]), float(e.get("dur", 0.0)), e.get("pid"), e.get("tid"),
+              e.get("args") if e.get("cat") == "cpu_op" else None)
         for e in raw.get("traceEvents", [])
         if e.get("ph") == "X" and "name" in e and "ts" in e
     ]
@@ -246,6 +248,55 @@ def op_count(trace: Trace) -> Measure:
     return Measure(value=round(per_step, 1), unit="ops", summary=summary, details=details)
 
 
+# Matrix products: the work every version of a block keeps, fused or not.
+MATMUL_OPS = frozenset({"aten::mm", "aten::bmm", "aten::matmul", "aten::addmm", "aten::baddbmm", "aten::linear"})
+
+
+def _numel(dims: Any) -> float:
+    if not isinstance(dims, list) or not dims or not all(isinstance(d, int) for d in dims):
+        return 0.0
+    out = 1.0
+    for d in dims:
+        out *= d
+    return out
+
+
+def elementwise_traffic(trace: Trace) -> Measure:
+    """Elements read per step by the operators that are not matrix products: what fusing removes.
+
+    An unfused chain (a softmax written as max, subtract, exp, sum, divide)
+    reads and writes a whole tensor at every operator, forward and backward,
+    for a little arithmetic each time; a fused built-in (``F.softmax``,
+    ``F.layer_norm``, ``F.scaled_dot_product_attention``) reads its inputs once.
+    Counted from the shapes the profiler recorded (``record_shapes``): for every
+    outermost ``aten::`` operator inside a ``ProfilerStep#``, on any thread, the
+    number of elements of each tensor it takes, leaving out views
+    (``VIEW_OPS``), which read nothing, and matrix products (``MATMUL_OPS``),
+    which every version keeps. Code that ``torch.compile`` generates runs
+    outside ``aten::`` operators and reads nothing here. So the figure weighs
+    each chain by the size of the tensors it walks over: the attention scores'
+    chain on (batch × heads × T × T) elements outweighs a LayerNorm's on
+    (batch × T × D). Also on CUDA, where the same operators launch the kernels.
+    """
+    steps = trace.steps
+    n = len(steps)
+    outermost = _outermost(trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::")))
+    by_name: dict[str, float] = {}
+    for e in outermost:
+        if e.name in VIEW_OPS or e.name in MATMUL_OPS:
+            continue
+        read = sum(_numel(d) for d in (e.args or {}).get("Input Dims") or [])
+        by_name[e.name] = by_name.get(e.name, 0.0) + read
+    per_step = sum(by_name.values()) / n if n else 0.0
+    top = sorted(((name, v / n) for name, v in by_name.items()), key=lambda kv: -kv[1])
+    names = ", ".join(f"{name} {v / 1e6:.1f}M" for name, v in top[:3])
+    return Measure(value=round(per_step / 1e6, 2), unit="M elements",
+                   summary=f"{per_step / 1e6:.1f} M elements read per step outside matrix products"
+                           + (f" (most: {names})" if names else ""),
+                   details={"elements_per_step": per_step, "steps": float(n),
+                            **{name: v for name, v in top[:12]}})
+
+
 # CUDA runtime and driver calls that block the host until the device catches up.
 SYNC_CALLS = frozenset({
     "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
@@ -299,24 +350,81 @@ def host_syncs(trace: Trace) -> Measure:
                             "steps": float(n), **by_name})
 
 
-def work_per_step(trace: Trace, ops: tuple[str, ...]) -> tuple[float, bool]:
-    """Calls per profiled step of the operators in ``ops``, at any depth; and whether compiled code ran.
+def _product(values: list[Any]) -> float:
+    out = 1.0
+    for v in values:
+        out *= float(v)
+    return out
 
-    Code compiled by ``torch.compile`` may do its work in generated kernels the
-    profiler cannot itemise, so a step that runs a ``CompiledFunction`` is
-    taken as doing its work.
+
+def _strides(event: Event, position: int) -> list[int]:
+    """An integer list among an operator's concrete inputs (``'[2, 2]'``), or [1, 1]."""
+    try:
+        text = (event.args or {}).get("Concrete Inputs", [])[position]
+        values = [int(v) for v in str(text).strip("[]").split(",") if v.strip()]
+        return values or [1, 1]
+    except (IndexError, ValueError, TypeError):
+        return [1, 1]
+
+
+def flops(event: Event) -> float:
+    """Floating-point operations of one matrix product or convolution, from the shapes the profiler recorded.
+
+    ``aten::mm`` of (m×k)·(k×n) is 2·m·k·n; ``aten::addmm`` and ``aten::baddbmm``
+    take their matrices second and third; ``aten::bmm`` adds the batch.
+    ``aten::convolution`` is 2 × every output element × the kernel's
+    input-channel·height·width; ``aten::convolution_backward`` twice that (the
+    gradients of the input and of the weight). 0 for any other operator, or
+    when the trace holds no shapes (``record_shapes`` off).
+    """
+    dims = (event.args or {}).get("Input Dims") or []
+    try:
+        if event.name == "aten::mm":
+            (m, k), (_, n) = dims[0], dims[1]
+            return 2.0 * m * k * n
+        if event.name == "aten::addmm":
+            (m, k), (_, n) = dims[1], dims[2]
+            return 2.0 * m * k * n
+        if event.name == "aten::bmm":
+            (b, m, k), (_, _, n) = dims[0], dims[1]
+            return 2.0 * b * m * k * n
+        if event.name == "aten::baddbmm":
+            (b, m, k), (_, _, n) = dims[1], dims[2]
+            return 2.0 * b * m * k * n
+        if event.name == "aten::convolution":
+            x, w = dims[0], dims[1]
+            out_positions = _product(x[2:]) / _product(_strides(event, 3)[: len(x) - 2])
+            return 2.0 * x[0] * w[0] * out_positions * _product(w[1:])
+        if event.name == "aten::convolution_backward":
+            grad, w = dims[0], dims[2]
+            return 4.0 * grad[0] * grad[1] * _product(grad[2:]) * _product(w[1:])
+    except (IndexError, TypeError, ValueError):
+        return 0.0
+    return 0.0
+
+
+def work_flops(trace: Trace, ops: tuple[str, ...]) -> Measure:
+    """The work a profiled step does, by size: FLOPs per step of the operators in ``ops``, at any depth.
+
+    Counted from the shapes of every call inside a ``ProfilerStep#``, on any
+    thread, so that throw-away calls on tiny inputs do not add up to a step's
+    work, whatever their number. Matrix products that ``torch.compile``'s code
+    calls are ``aten::mm``/``aten::addmm`` too, and count.
     """
     n = len(trace.steps)
     wanted = set(ops)
-    calls = len(trace.within_steps(lambda e: e.cat == "cpu_op" and e.name in wanted))
-    compiled = bool(trace.within_steps(lambda e: e.name in ("CompiledFunction", "CompiledFunctionBackward")))
-    return (calls / n if n else 0.0), compiled
+    calls = trace.within_steps(lambda e: e.cat == "cpu_op" and e.name in wanted)
+    total = sum(flops(e) for e in calls)
+    per_step = total / n if n else 0.0
+    return Measure(value=per_step, unit="FLOPs", summary=f"{per_step / 1e6:.1f} MFLOPs per step in {len(calls) / max(n, 1):.0f} calls",
+                   details={"flops_per_step": per_step, "calls_per_step": len(calls) / max(n, 1), "steps": float(n)})
 
 
 METRICS: dict[str, Callable[[Trace], Measure]] = {
     "dataloader_wait": dataloader_wait,
     "indexing_ops": indexing_ops,
     "op_count": op_count,
+    "elementwise_traffic": elementwise_traffic,
     "host_syncs": host_syncs,
 }
 

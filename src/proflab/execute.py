@@ -3,10 +3,22 @@
 The subprocess gets its own process group, so a timeout, a Ctrl-C or too much
 memory stops it together with every DataLoader worker it started. Its output
 is captured in files (a program that prints a lot cannot block on a full
-pipe), and only the tail is kept for the report. The runner marks the start
-and the end of its timed window through a pipe; this process stamps the marks
-with its own clock, so a lab file that tampers with the clock inside the run
-is found out.
+pipe), and only the tail is kept for the report.
+
+The lab file runs inside the subprocess, so everything in there is the
+learner's: its clock, its modules, its pipe. What this module reports rests on
+what it sees from outside:
+
+* the runner marks every step through a pipe, and this process stamps each
+  mark with its own clock: the step times, the timed window and the profiled
+  steps come from these stamps, and a run whose marks are missing or out of
+  order is a failed run;
+* the CPU time of every thread of the run, and of every process in its group,
+  read from ``/proc`` when the timed window opens and closes;
+* memory as the machine pays for it (PSS: pages shared by forked DataLoader
+  workers counted once);
+* for a lab with modelled storage, a storage service in this process that
+  applies the latency and logs every read.
 """
 
 from __future__ import annotations
@@ -24,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import labs, paths, quiet
+from . import labs, paths, quiet, storage
 
 OUTPUT_TAIL_CHARS = 4000
 POLL_S = 0.25  # how often a running lab's memory is looked at
@@ -54,6 +66,18 @@ class Outcome:
     @property
     def mean_step_s(self) -> float:
         return float(self.result["mean_step_s"])
+
+
+@dataclass
+class Marks:
+    """What the checker saw of a run from outside: each mark stamped with its own clock."""
+
+    stamps: list[tuple[str, float]] = field(default_factory=list)
+    trace_sha256: str | None = None
+    cpu: dict[str, dict[str, float]] = field(default_factory=dict)  # at "S" and "E": CPU seconds per thread/process
+
+    def times(self, code: str) -> list[float]:
+        return [t for c, t in self.stamps if c == code]
 
 
 def _tail(path: Path) -> str:
@@ -93,8 +117,13 @@ def run(
     profile_mode: str = "window",
     timeout_s: float | None = None,
     steps: dict[str, int] | None = None,
+    checking: bool = False,
 ) -> Outcome:
-    """Run ``file`` (a version of ``lab``) once in a fresh subprocess."""
+    """Run ``file`` (a version of ``lab``) once in a fresh subprocess.
+
+    ``checking``: a run the checker grades; its profiled steps then also
+    record shapes (for the work floor) and operators on every thread.
+    """
     w = lab.workload
     scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_dir()))
     result_path = scratch / "result.json"
@@ -118,25 +147,64 @@ def run(
         "profile_mode": profile_mode,
         "result_path": str(result_path),
         "background_workers": w.background_workers,
+        # The checker's own figures need the shapes (the work floor) and every thread (reads done elsewhere).
+        "record_shapes": record_shapes or checking,
+        "all_threads": checking,
+        "compile_marks": _may_compile(file),
         **(steps or {}),
     }
+    env = {**os.environ, **quiet.QUIET_ENV, **w.env, "PYTHONUNBUFFERED": "1"}
+    service = None
     try:
-        return _run_in(scratch, spec, file, version, env={**os.environ, **quiet.QUIET_ENV, **w.env,
-                                                          "PYTHONUNBUFFERED": "1"},
-                       limit=timeout_s if timeout_s is not None else w.timeout_s, memory_mb=w.memory_mb)
+        if lab.storage is not None:
+            service = storage.StorageService(paths.data_dir() / lab.storage.folder, lab.storage.latency_ms).start()
+            env[storage.ENV_VAR] = service.address
+        outcome = _run_in(scratch, spec, file, version, env=env,
+                          limit=timeout_s if timeout_s is not None else w.timeout_s, memory_mb=w.memory_mb,
+                          background_allowed=w.background_workers)
+        if service is not None:
+            service.close()
+            _check_storage(outcome, service.reads, w.batch_size)
+        return outcome
     finally:
+        if service is not None:
+            service.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _may_compile(file: Path) -> bool:
+    """Whether the file may call torch.compile (then its compile time is marked, to be left out)."""
+    try:
+        return "compile" in file.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def _check_storage(outcome: Outcome, reads: list[storage.Read], batch_size: int) -> None:
+    """Every sample a run's steps used must have been read from the lab's storage, as the service logged."""
+    if not outcome.ok:
+        return
+    needed = int(outcome.result.get("steps_done", 0)) * batch_size
+    distinct = len({r.name for r in reads})
+    outcome.result["storage"] = {"reads": len(reads), "distinct": distinct, "needed": needed}
+    if distinct < needed:
+        outcome.status = "error"
+        outcome.result = {"kind": "storage", "message": (
+            f"only {distinct} of the {needed} samples its steps used were read from the lab's storage "
+            "(the checker's storage service logged every read): every sample must come from storage, "
+            "through the lab's dataset")}
+
+
 def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: dict[str, str],
-            limit: float, memory_mb: float = 8192.0) -> Outcome:
+            limit: float, memory_mb: float = 8192.0, background_allowed: bool = True) -> Outcome:
     read_end, write_end = os.pipe()
     spec["mark_fd"] = write_end
     (scratch / "spec.json").write_text(json.dumps(spec))
     result_path = Path(spec["result_path"])
     out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
-    marks: list[tuple[bytes, float]] = []
-    reader = threading.Thread(target=_read_marks, args=(read_end, marks), daemon=True)
+    marks = Marks()
+    child: dict[str, int] = {}
+    reader = threading.Thread(target=_read_marks, args=(read_end, marks, child), daemon=True)
     started = time.perf_counter()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
@@ -147,6 +215,7 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
             )
         finally:
             os.close(write_end)
+        child["pid"] = proc.pid
         reader.start()
         stopped, peak_mb = "", 0.0
         try:
@@ -154,7 +223,7 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
                 if time.perf_counter() - started > limit:
                     stopped = "timeout"
                     break
-                peak_mb = max(peak_mb, _group_rss_mb(proc.pid))
+                peak_mb = max(peak_mb, _group_memory_mb(proc.pid))
                 if peak_mb > memory_mb:
                     stopped = "memory"
                     break
@@ -175,60 +244,217 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
         outcome.result = {"kind": "memory", "message": f"used more than {memory_mb:.0f} MB of memory "
                           f"({peak_mb:.0f} MB, counting every process it started), and was stopped"}
     elif result_path.exists():
-        outcome.result = json.loads(result_path.read_text())
+        try:
+            outcome.result = json.loads(result_path.read_text())
+        except (OSError, ValueError):
+            outcome.result = {"status": "error", "kind": "crash", "message": "its result file is not valid JSON"}
         outcome.status = "ok" if outcome.result.get("status") == "ok" else "error"
         if outcome.ok:
-            _check_clock(outcome, marks)
+            _from_outside(outcome, marks, spec, background_allowed)
     else:
         outcome.status = "crash"
         outcome.result = {"kind": "crash", "message": _crash_message(proc.returncode)}
     return outcome
 
 
-def _read_marks(fd: int, marks: list[tuple[bytes, float]]) -> None:
-    """Stamp every mark the runner writes with this process's clock, until the pipe closes."""
+def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
+    """Stamp every mark the runner writes with this process's clock, until the pipe closes.
+
+    When the timed window opens and closes, the CPU time of every thread and
+    process of the run is read from /proc at once, from here.
+    """
     with os.fdopen(fd, "rb", buffering=0) as pipe:
         while chunk := pipe.read(1):
-            marks.append((chunk, time.perf_counter()))
+            now = time.perf_counter()
+            code = chunk.decode("latin-1")
+            if code == "H":
+                digest = b""
+                while len(digest) < 64 and (more := pipe.read(64 - len(digest))):
+                    digest += more
+                marks.trace_sha256 = digest.decode("latin-1") if marks.trace_sha256 is None else "twice"
+            elif code in ("S", "E") and "pid" in child:
+                marks.cpu[code] = _cpu_by_task(child["pid"])
+            marks.stamps.append((code, now))
 
 
-def _check_clock(outcome: Outcome, marks: list[tuple[bytes, float]]) -> None:
-    """The timed window the run reports against the one seen from this process."""
-    starts = [t for code, t in marks if code == b"S"]
-    ends = [t for code, t in marks if code == b"E"]
-    if len(starts) != 1 or len(ends) != 1:
-        return  # not a timed run (or one without marks): nothing to compare
-    outside = ends[0] - starts[0]
-    inside = float(outcome.result.get("window_s", 0.0))
-    outcome.result["outside_window_s"] = outside
+def _expected_marks(spec: dict[str, Any]) -> str:
+    return ("B" + "W" * spec["warmup_steps"] + "S" + "T" * spec["timed_steps"] + "E"
+            + "PQ" * spec["profile_steps"])
+
+
+def _bad_marks(outcome: Outcome, marks: Marks, spec: dict[str, Any]) -> str:
+    """Why the marks cannot be trusted, or ""."""
+    steps = "".join(c for c, _ in marks.stamps if c not in "CcH")
+    expected = _expected_marks(spec)
+    if steps != expected:
+        if not steps:
+            return "no step reached the checker (the marks of its steps never arrived)"
+        return (f"the marks of its steps reached the checker as {_abridge(steps)}, "
+                f"not {_abridge(expected)}")
+    compiling = "".join(c for c, _ in marks.stamps if c in "Cc")
+    if compiling != "Cc" * (len(compiling) // 2) or len(compiling) % 2:
+        return "its compile marks do not open and close in turn"
+    has_trace = bool(outcome.result.get("trace"))
+    if has_trace and (marks.trace_sha256 is None or len(marks.trace_sha256) != 64):
+        return "the fingerprint of its trace did not reach the checker"
+    if not has_trace and marks.trace_sha256 is not None:
+        return "it sent the fingerprint of a trace it did not report"
+    return ""
+
+
+def _abridge(codes: str) -> str:
+    """``BWWWSTTTE`` as ``B W×3 S T×3 E``."""
+    parts, i = [], 0
+    while i < len(codes):
+        j = i
+        while j < len(codes) and codes[j] == codes[i]:
+            j += 1
+        parts.append(codes[i] if j - i == 1 else f"{codes[i]}×{j - i}")
+        i = j
+    return " ".join(parts)
+
+
+def _compiling_s(marks: Marks, start: float, end: float) -> float:
+    """Seconds between ``start`` and ``end`` spent compiling (torch.compile), by the stamps."""
+    opened = marks.times("C")
+    closed = marks.times("c")
+    return sum(max(0.0, min(b, end) - max(a, start)) for a, b in zip(opened, closed))
+
+
+def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], background_allowed: bool) -> None:
+    """Replace the run's own timings by the checker's stamps; fail a run whose marks or clock disagree.
+
+    Besides the timed window, the stamps give what the checker needs to count
+    the warm-up too (``checks.counted_step_s``): the span from the first step
+    to the end of the window, the first step's time, and the time spent
+    compiling (torch.compile, marked as it happens) during the warm-up.
+    """
+    why = _bad_marks(outcome, marks, spec)
+    if why:
+        outcome.status = "error"
+        outcome.result = {"kind": "marks", "message": f"the checker could not follow its steps: {why}"}
+        return
+    r = outcome.result
+    begin, warm_ends = marks.times("B")[0], marks.times("W")
+    start, ends, end = marks.times("S")[0], marks.times("T"), marks.times("E")[0]
+    inside = float(r.get("window_s", 0.0))
+    outside = end - start
+    r["reported"] = {"window_s": inside, "step_times": r.get("step_times", []),
+                     "profiled_step_s": r.get("profiled_step_s")}
     if inside < CLOCK_SLACK * outside - CLOCK_SLACK_S:
         outcome.status = "error"
         outcome.result = {"kind": "clock", "message": (
             f"the timed steps took {outside * 1000:.0f} ms by the checker's clock, but "
             f"{inside * 1000:.0f} ms by the clock inside the run: something changed the clock")}
+        return
+    first_end = warm_ends[0] if warm_ends else start
+    bounds = [start, *ends]
+    r["step_times"] = [b - a for a, b in zip(bounds, bounds[1:])]
+    r["window_s"] = outside
+    r["outside_window_s"] = outside
+    r["mean_step_s"] = outside / max(spec["timed_steps"], 1)
+    r["span_s"] = end - begin  # from the first warm-up step to the end of the timed window
+    r["compile_s"] = _compiling_s(marks, begin, start)
+    r["first_step_s"] = max(0.0, (first_end - begin) - _compiling_s(marks, begin, first_end))
+    r["counted_steps"] = spec["warmup_steps"] + spec["timed_steps"] - (1 if spec["warmup_steps"] else 0)
+    profiled = [q - p for p, q in zip(marks.times("P"), marks.times("Q"))]
+    r["profiled_step_s"] = sum(profiled) / len(profiled) if profiled else 0.0
+    r["profiled_steps_s"] = profiled
+    r["trace_sha256"] = marks.trace_sha256
+    if not background_allowed:
+        beside = _busy_beside(marks, outside, outcome)
+        if beside:
+            outcome.status = "error"
+            outcome.result = {"kind": "background", "message": f"work went on beside the timed steps: {beside}"}
 
 
-def _group_rss_mb(pgid: int) -> float:
-    """Resident memory of every process in a process group, in MB (Linux; 0 elsewhere)."""
-    total_kb = 0
+def _busy_beside(marks: Marks, window_s: float, outcome: Outcome) -> str:
+    """A thread (other than the one running the steps) or another process of the run busy during the window."""
+    before, after = marks.cpu.get("S", {}), marks.cpu.get("E", {})
+    allowed = max(0.03, 0.1 * window_s)
+    for task, used in after.items():
+        busy = used - before.get(task, 0.0)
+        if task != "main" and busy > allowed:
+            what = f"process {task.split(':', 1)[1]}" if task.startswith("proc:") else f"a thread ({task})"
+            return (f"{what} used {busy * 1000:.0f} ms of CPU during the {window_s * 1000:.0f} ms of timed "
+                    "steps (seen from outside the run)")
+    return ""
+
+
+def _cpu_by_task(pid: int) -> dict[str, float]:
+    """CPU seconds used so far by each thread of ``pid`` ("main" for the one running the steps) and each
+    other process of its group ("proc:PID"), from /proc; empty where there is no /proc."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    used: dict[str, float] = {}
+
+    def cpu_of(stat_path: str) -> float | None:
+        try:
+            fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            return None
+
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return used
+    for tid in tids:
+        cpu = cpu_of(f"/proc/{pid}/task/{tid}/stat")
+        if cpu is not None:
+            used["main" if int(tid) == pid else f"tid {tid}"] = cpu
+    for other in _group_members(pid):
+        if other != pid:
+            cpu = cpu_of(f"/proc/{other}/stat")
+            if cpu is not None:
+                used[f"proc:{other}"] = cpu
+    return used
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return 0.0
+        return members
     for entry in entries:
         if not entry.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:
-                continue
-            for line in Path(f"/proc/{entry}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total_kb += int(line.split()[1])
-                    break
+            if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                members.append(int(entry))
         except (OSError, ValueError, IndexError):
             continue
+    return members
+
+
+def _group_memory_mb(pgid: int) -> float:
+    """Memory of every process in a process group as the machine pays for it, in MB (Linux; 0 elsewhere).
+
+    Proportional set size (PSS, from /proc/PID/smaps_rollup): a page shared by
+    N processes counts 1/N in each, so forked DataLoader workers, which share
+    most of their parent's pages, are not counted N times over. Where the
+    kernel has no smaps_rollup, resident memory (RSS) is used instead.
+    """
+    total_kb = 0
+    for pid in _group_members(pgid):
+        total_kb += _pss_kb(pid)
     return total_kb / 1024
+
+
+def _pss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _crash_message(code: int | None) -> str:

@@ -56,12 +56,14 @@ class Evidence:
     max: float | None = None
     min: float | None = None
     max_vs_original: float | None = None
-    # The work every correct version still does in each profiled step: at
-    # least `min_work` calls per step of the operators in `work_ops` (at any
-    # depth), described as `work` in the report. A step that yields cached
-    # results runs none of them.
+    # The work every correct version still does in each profiled step: the
+    # floating-point operations of the operators in `work_ops` (matrix
+    # products, convolutions), computed from the shapes the profiler recorded,
+    # at least `min_work_vs_original` times the original's per step. Counted
+    # by size, not by name: a step that yields cached results and runs a few
+    # throw-away operators on tiny inputs does not reach it.
     work_ops: tuple[str, ...] = ()
-    min_work: float = 0.0
+    min_work_vs_original: float = 0.9
     work: str = "the model's work"
 
     def holds(self, value: float, original: float) -> bool:
@@ -162,6 +164,12 @@ class Workload:
     # steps fails the check in every lab.
     background_workers: bool = False
     threads: int | None = None  # torch intra-op threads for every version; None: torch's default
+    # The timed figure counts every step from the first warm-up step to the
+    # last timed one (work moved into the warm-up is still paid for), leaving
+    # out only time spent compiling (torch.compile) and the first step up to
+    # what the original's first step took, plus `startup_s` seconds (starting
+    # DataLoader workers, for instance).
+    startup_s: float = 0.0
     params: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -172,6 +180,24 @@ class Workload:
     @property
     def round_limit(self) -> int:
         return self.max_rounds or 3 * self.rounds
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Modelled storage (the ``[storage]`` table): a folder under ``data/`` served by the checker's
+    own storage service, outside the learner's process, each read delayed by ``latency_ms``."""
+
+    folder: str
+    latency_ms: float
+
+
+@dataclass(frozen=True)
+class Audit:
+    """What the source audit allows in this lab's files beyond the default (``[audit] allow``),
+    and what it refuses beyond it (``[audit] refuse``); names from ``proflab.audit``."""
+
+    allow: tuple[str, ...] = ()
+    refuse: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -193,6 +219,8 @@ class Lab:
     docs: str = ""
     data: str = ""  # "module:function" that prepares the lab's data under data/
     grading: Grading = field(default_factory=Grading)  # points per check, for proflab grade
+    storage: Storage | None = None
+    audit: Audit = field(default_factory=Audit)
 
     @property
     def slug(self) -> str:
@@ -246,6 +274,9 @@ def load(folder: Path) -> Lab:
         docs=data.get("docs", ""),
         data=data.get("data", ""),
         grading=_grading(data["grading"], manifest) if "grading" in data else Grading(),
+        storage=Storage(**data["storage"]) if "storage" in data else None,
+        audit=Audit(allow=tuple(data.get("audit", {}).get("allow", ())),
+                    refuse=tuple(data.get("audit", {}).get("refuse", ()))),
     )
 
 

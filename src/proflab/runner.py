@@ -32,10 +32,20 @@ _write = os.write
 
 
 def _marker(fd: int | None):
-    """Tell the checker, through a pipe, that the timed window starts (b"S") or ends (b"E").
+    """Tell the checker, through a pipe, where each step starts and ends.
 
-    The checker stamps each mark with its own clock, in its own process, so a
-    lab file that patches the clock in this process cannot shorten the window.
+    The checker stamps every mark with its own clock, in its own process, and
+    takes the timings from those stamps alone; what this process reports is
+    only cross-checked against them. The marks, one byte each:
+
+        B            the pipeline is about to take its first step
+        W            a warm-up step ended
+        S, T, E      the timed window starts, a timed step ended, the window ends
+        P, Q         a profiled step starts, ends
+        C, c         torch.compile starts, ends compiling (left out of the timing)
+        H + 64 hex   the sha256 of the trace, sent as soon as it is written
+
+    A run whose marks do not follow this order exactly is a failed run.
     """
     def mark(code: bytes) -> None:
         if fd is not None:
@@ -44,6 +54,29 @@ def _marker(fd: int | None):
             except OSError:
                 pass
     return mark
+
+
+def _watch_compiling(mark) -> None:
+    """Mark every torch.compile compilation (forward and the lazy backward), so it is left out of the timing."""
+    try:
+        from torch._dynamo.callback import callback_handler
+    except Exception:  # noqa: BLE001 - older torch: no callbacks, compile time then counts
+        return
+    callback_handler.register_start_callback(lambda *args: mark(b"C"))
+    callback_handler.register_end_callback(lambda *args: mark(b"c"))
+    try:  # torch.compile() imports the compiler (Inductor) the first time it is called: a second, before the steps
+        import torch
+
+        torch.compile(lambda x: x)
+    except Exception:  # noqa: BLE001 - the lab file's own call then reports what is wrong
+        pass
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def _thread_cpu_s() -> dict[int, tuple[str, float]]:
@@ -195,6 +228,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     info = {"device": device.type, "torch": torch.__version__, "threads": torch.get_num_threads(),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
 
+    mark = _marker(spec.get("mark_fd"))
+    if spec.get("compile_marks"):
+        _watch_compiling(mark)
     module = _import(path)
     pipeline = getattr(module, "pipeline", None)
     if not callable(pipeline):
@@ -207,7 +243,6 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     warmup, timed, profiled = spec["warmup_steps"], spec["timed_steps"], spec["profile_steps"]
     kept: list[dict[str, Any]] = []
     step_times: list[float] = []
-    mark = _marker(spec.get("mark_fd"))
     profiled_s = 0.0
     trace = None
     table = None
@@ -236,20 +271,25 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         kept.append(_keep(out, step, torch))
 
     try:
+        mark(b"B")
         for _ in range(warmup):
             advance()
+            mark(b"W")
         if spec.get("profile_mode") == "timed":  # the benchmark's overhead measurement
             with profile(activities=_activities(device, ProfilerActivity)) as prof:
                 sync()  # the profiler's start-up is not part of what it costs per step
                 start = last = _clock()
+                mark(b"S")
                 for _ in range(timed):
                     advance()
                     prof.step()
+                    mark(b"T")
                     now = _clock()
                     step_times.append(now - last)
                     last = now
                 sync()
                 end = _clock()
+                mark(b"E")
         else:
             sync()
             threads_before = _thread_cpu_s()
@@ -257,6 +297,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             mark(b"S")
             for _ in range(timed):
                 advance()
+                mark(b"T")
                 now = _clock()
                 step_times.append(now - last)
                 last = now
@@ -276,12 +317,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 record_shapes=spec.get("record_shapes", False),
                 profile_memory=spec.get("profile_memory", False),
                 with_stack=spec.get("with_stack", False),
+                **_all_threads(spec.get("all_threads", False)),
             )
             prof.start()
             for _ in range(profiled):
+                mark(b"P")
                 before = _clock()
                 advance()  # the step alone: prof.step() may write the trace, which is not the step's work
                 profiled_s += _clock() - before
+                mark(b"Q")
                 prof.step()
             prof.stop()
             sync()
@@ -292,15 +336,20 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 from .traces import fix_for_plugin
 
                 fix_for_plugin(trace)
+                # Before any more of the lab file runs (its generator's finally, below): the
+                # checker then knows the trace as the profiler wrote it.
+                mark(b"H" + _sha256(trace).encode())
             if spec.get("table"):
                 averages = prof.key_averages()
                 key = _sort_key(device.type, averages)
                 table = {"sort_by": key, "text": averages.table(sort_by=key, row_limit=spec.get("row_limit", 15))}
         else:
             for _ in range(profiled):
+                mark(b"P")
                 before = _clock()
                 advance()
                 profiled_s += _clock() - before
+                mark(b"Q")
         sync()
     except _Short as short:
         expected = warmup + timed + profiled
@@ -319,6 +368,18 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             "window_s": end - start, "mean_step_s": (end - start) / max(timed, 1),
             "profiled_step_s": profiled_s / max(profiled, 1),
             "results": _encode(kept, torch), "trace": trace, "table": table}
+
+
+def _all_threads(wanted: bool) -> dict[str, Any]:
+    """Record operators on every thread, not only the one that started the profiler (torch 2.6+)."""
+    if not wanted:
+        return {}
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return {"experimental_config": _ExperimentalConfig(profile_all_threads=True)}
+    except (ImportError, TypeError):
+        return {}
 
 
 def _activities(device, ProfilerActivity):

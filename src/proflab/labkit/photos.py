@@ -7,8 +7,13 @@ augmented on the CPU. The augmentation of sample ``i`` is seeded from ``i``
 alone, so every sample comes out the same whichever process loads it: the
 number of DataLoader workers changes the speed, never the data.
 
-Storage latency: ``STORAGE_LATENCY_MS`` (8 ms per sample) unless the
-environment variable ``PROFLAB_STORAGE_LATENCY_MS`` says otherwise.
+Storage: in every run the kit starts, the photos come from the kit's storage
+service (:mod:`proflab.storage`), whose address is in the environment
+variable ``PROFLAB_STORAGE``. The service answers each read after its latency
+(the lab's setting, 8 ms) and keeps a log of the reads, so the kit knows each
+sample really came from storage. Outside the kit (``PROFLAB_STORAGE`` not
+set) a read waits ``STORAGE_LATENCY_MS`` here and then reads the file from
+the folder: the same wait, the same bytes, the same lesson.
 """
 
 from __future__ import annotations
@@ -23,9 +28,9 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from . import build_once
+from . import build_once, storage_client
 
-STORAGE_LATENCY_MS = 8.0
+STORAGE_LATENCY_MS = 8.0  # a read outside the kit, where no storage service runs
 NUM_PHOTOS = 2048
 NUM_CLASSES = 10
 PHOTO_SIZE = 64
@@ -34,10 +39,6 @@ _FORMAT = "photos-v2"  # bump when the generator below changes
 _AUGMENT_SEED = 1_000_003
 _MEAN = torch.tensor([0.5, 0.5, 0.5]).view(3, 1, 1)
 _STD = torch.tensor([0.25, 0.25, 0.25]).view(3, 1, 1)
-
-
-def storage_latency_ms() -> float:
-    return float(os.environ.get("PROFLAB_STORAGE_LATENCY_MS", STORAGE_LATENCY_MS))
 
 
 def _draw(index: int) -> torch.Tensor:
@@ -78,7 +79,6 @@ class PhotoDataset(Dataset):
         self.root = ensure_photos(data_dir)
         self.labels = [int(x) for x in (self.root / "labels.txt").read_text().split()]
         self.num_classes = NUM_CLASSES
-        self.latency_s = storage_latency_ms() / 1000.0
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -86,8 +86,7 @@ class PhotoDataset(Dataset):
     def __getitem__(self, index: int):
         from PIL import Image
 
-        time.sleep(self.latency_s)  # waiting on storage
-        raw = (self.root / f"{index:05d}.jpg").read_bytes()
+        raw = self._storage_read(f"{index:05d}.jpg")  # waiting on storage
         img = Image.open(io.BytesIO(raw)).convert("RGB")
         rng = random.Random(_AUGMENT_SEED + index)  # this sample's augmentation, in any process
         top, left = rng.randrange(PHOTO_SIZE - CROP_SIZE + 1), rng.randrange(PHOTO_SIZE - CROP_SIZE + 1)
@@ -97,6 +96,13 @@ class PhotoDataset(Dataset):
         x = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(CROP_SIZE, CROP_SIZE, 3)
         x = x.permute(2, 0, 1).float()
         return (x / 255.0 - _MEAN) / _STD, self.labels[index]
+
+    def _storage_read(self, name: str) -> bytes:
+        """One photo's bytes, from the kit's storage service, or after the same wait from the folder."""
+        if storage_client.address():
+            return storage_client.read(name)
+        time.sleep(STORAGE_LATENCY_MS / 1000.0)
+        return (self.root / name).read_bytes()
 
 
 class SmallCNN(nn.Module):

@@ -1,0 +1,227 @@
+"""The source audit: the kit's own lab files pass it, and each construct that tampering needs is refused, line named."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from proflab.audit import ALLOWANCES, RULES, Finding, audit_file, audit_source
+
+REPO = Path(__file__).resolve().parents[1]
+LAB_ALLOWANCES = {1: ["threads"], 2: [], 3: [], 4: []}
+LAB_FOLDERS = {1: "01_dataloader", 2: "02_embeddings", 3: "03_fusion", 4: "04_syncs"}
+NOT_AUDITED_AS_PASSING = {"lab1_crashes.py", "lab1_syntax_error.py"}
+
+
+def _lab_files():
+    for number, folder in LAB_FOLDERS.items():
+        for path in sorted((REPO / "labs" / folder).glob("*.py")):
+            yield pytest.param(path, LAB_ALLOWANCES[number], id=f"labs/{folder}/{path.name}")
+    for path in sorted((REPO / "tests" / "learner_files").glob("lab*_*.py")):
+        if path.name not in NOT_AUDITED_AS_PASSING:
+            number = int(re.match(r"lab(\d+)_", path.name).group(1))
+            yield pytest.param(path, LAB_ALLOWANCES[number], id=f"learner_files/{path.name}")
+    for path in sorted((REPO / "tests" / "calibration").glob("*.py")):
+        yield pytest.param(path, ["os", "files"], id=f"calibration/{path.name}")
+
+
+@pytest.mark.parametrize("path, allow", list(_lab_files()))
+def test_the_kits_lab_files_pass(path, allow):
+    assert audit_file(path, allow=allow) == []
+
+
+def test_the_learner_file_that_crashes_through_ctypes_is_refused():
+    findings = audit_file(REPO / "tests" / "learner_files" / "lab1_crashes.py", allow=["threads"])
+    assert [(f.line, f.rule, f.code) for f in findings] == [(1, "import", "import ctypes")]
+
+
+def test_a_file_that_does_not_parse_raises_syntax_error():
+    with pytest.raises(SyntaxError):
+        audit_file(REPO / "tests" / "learner_files" / "lab1_syntax_error.py", allow=["threads"])
+
+
+# (source, a line refused, its rule[, the lab's allowances])
+REFUSED = [
+    ('import os\nos.environ["X"] = "0"', 1, "import"),
+    ('import os\nos.environ["X"] = "0"', 2, "patch"),
+    ("from os import environ", 1, "import"),
+    ('import sys\nsys.modules["__main__"]', 1, "import"),
+    ("import json", 1, "import"),
+    ("import time\ntime.perf_counter = lambda: 0", 2, "patch"),
+    ("import time\nfrom time import monotonic\ntime.monotonic += 1", 3, "patch"),
+    ("import ctypes", 1, "import"),
+    ("import gc", 1, "import"),
+    ("import inspect", 1, "import"),
+    ("import atexit", 1, "import"),
+    ("import signal", 1, "import"),
+    ("import _thread", 1, "import"),
+    ("import threading", 1, "threads"),
+    ("import queue", 1, "threads"),
+    ("from concurrent.futures import ThreadPoolExecutor", 1, "threads"),
+    ("from concurrent.futures import ProcessPoolExecutor", 1, "processes", ["threads"]),
+    ("import importlib", 1, "import"),
+    ("import importlib.util", 1, "import"),
+    ("def f():\n    import subprocess", 2, "import"),
+    ("import socket", 1, "import"),
+    ("import pathlib", 1, "import"),
+    ("import multiprocessing", 1, "processes"),
+    ("import torch.multiprocessing as mp", 1, "processes"),
+    ("import torch\ntorch.multiprocessing.Process", 2, "processes"),
+    ("import helper_module", 1, "import"),
+    ("from . import x", 1, "import"),
+    ("from .helpers import x", 1, "import"),
+    ("from torch import *", 1, "import"),
+    ('__import__("os")', 1, "builtin"),
+    ('eval("1")', 1, "builtin"),
+    ('exec("x=1")', 1, "builtin"),
+    ('compile("x", "f", "exec")', 1, "builtin"),
+    ("g = globals()", 1, "builtin"),
+    ("v = vars()", 1, "builtin"),
+    ("b = __builtins__", 1, "builtin"),
+    ("breakpoint()", 1, "builtin"),
+    ("exit(0)", 1, "builtin"),
+    ('x = input("?")', 1, "builtin"),
+    ('open("f")', 1, "files"),
+    ('import torch\ngetattr(torch, "_C")', 2, "private"),
+    ("import torch\ngetattr(torch, name)", 2, "builtin"),
+    ("get = getattr", 1, "builtin"),
+    ('import torch\nsetattr(torch, "x", 1)', 2, "builtin"),
+    ("import operator\nf = operator.attrgetter(name)", 2, "builtin"),
+    ("x.__class__.__subclasses__()", 1, "dunder"),
+    ("f.__globals__", 1, "dunder"),
+    ("m.__dict__", 1, "dunder"),
+    ('getattr(x, "__class__")', 1, "dunder"),
+    ("def f(x):\n    match x:\n        case object(__class__=c):\n            return c", 3, "dunder"),
+    ("def f(g):\n    return g.gi_frame.f_back.f_globals", 2, "frame"),
+    ("import torch\ntorch._C._set_x()", 2, "private"),
+    ("import torch\ntorch.autograd._profiler_enabled()", 2, "private"),
+    ("import torch.nn.functional as F\nF._canonical_mask", 2, "private"),
+    ("from torch.utils.data import DataLoader\nDataLoader._get_iterator", 2, "private"),
+    ("from proflab.labkit import photos\nphotos._FORMAT", 2, "private"),
+    ("import torch._dynamo", 1, "private"),
+    ("from torch import _C", 1, "private"),
+    ("from proflab.labkit.photos import _draw", 1, "private"),
+    ("import proflab.runner", 1, "import"),
+    ("from proflab import checks", 1, "import"),
+    ("import proflab", 1, "import"),
+    ("from proflab import profile_file", 1, "import"),
+    ('if __name__ == "__main__":\n    from proflab import runner', 2, "import"),
+    ('if __name__ == "__main__":\n    import proflab\n    proflab.runner._clock = 0', 3, "patch"),
+    ("from proflab.labkit import photos\nphotos.STORAGE_LATENCY_MS = 0", 2, "patch"),
+    ("from proflab.labkit.photos import PhotoDataset\nPhotoDataset.__getitem__ = f", 2, "patch"),
+    ("import torch\nt = torch\nt.foo = 1", 3, "patch"),
+    ("import torch\ndef f(m=torch.nn):\n    m.Module = None", 3, "patch"),
+    ("import torch\nfor m in (torch, torch.nn):\n    m.x = 1", 3, "patch"),
+    ("import torch\ntorch.nn.Module.__call__ = f", 2, "patch"),
+    ("import torch.nn.functional as F\nF.gelu = g", 2, "patch"),
+    ("import torch\ndel torch.nn", 2, "patch"),
+    ("import torch\nfor torch.x in range(3):\n    pass", 2, "patch"),
+    ("import torch\nwith f() as torch.x:\n    pass", 2, "patch"),
+    ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True", 2, "patch"),
+    ("def f(x):\n    type(x).forward = f", 2, "patch"),
+    ("import contextlib\nwith contextlib.redirect_stdout(None):\n    pass", 2, "patch"),
+    ("import torch\ntorch.set_num_threads(4)", 2, "threads_setting"),
+    ("from torch import set_num_interop_threads", 1, "threads_setting"),
+    ("from torch.profiler import profile", 1, "profiler"),
+    ("import torch\ntorch.profiler.schedule(wait=1, warmup=1, active=1)", 2, "profiler"),
+    ("import torch.profiler as tp\nwith tp.profile():\n    pass", 2, "profiler"),
+    ("from torch import profiler\nprofiler.tensorboard_trace_handler('x')", 2, "profiler"),
+    ("import torch\ntorch.autograd.profiler.emit_nvtx()", 2, "profiler"),
+    ("import torch\ntorch.cuda.profiler.stop()", 2, "profiler"),
+    ('import torch\ntorch.ops.load_library("x.so")', 2, "native"),
+    ("from torch.utils.cpp_extension import load_inline", 1, "native"),
+    ("import torch.library", 1, "native"),
+    ("import torch\nclass T(torch.Tensor):\n    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+     "        return 1", 3, "override"),
+    ("from torch.overrides import TorchFunctionMode", 1, "override"),
+    ('import torch\ntorch.save(x, "f")', 2, "files"),
+    ('import torch\nx = torch.load("f")', 2, "files"),
+    ('import numpy as np\nnp.save("f", x)', 2, "files"),
+    ("def f(x: \"__import__('os')\"):\n    pass", 1, "builtin"),
+]
+
+
+def _finding_at(source, line, rule, allow=()):
+    findings = audit_source(source, allow=allow)
+    assert (line, rule) in {(f.line, f.rule) for f in findings}, findings
+    return next(f for f in findings if (f.line, f.rule) == (line, rule))
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=[c[0].splitlines()[-1].strip()[:60] for c in REFUSED])
+def test_refused(case):
+    source, line, rule, *allow = case
+    finding = _finding_at(source, line, rule, *allow)
+    assert finding.code == source.splitlines()[line - 1].strip()
+    assert finding.message and "\n" not in finding.message
+    assert str(finding).startswith(f"line {line}: `{finding.code}`: ")
+
+
+ALLOWED = [
+    ("from concurrent.futures import ThreadPoolExecutor\nwith ThreadPoolExecutor(8) as pool:\n"
+     "    list(pool.map(load, range(4)))", ["threads"]),
+    ("import threading, queue\nq = queue.Queue()\nthreading.Thread(target=q.get).start()", ["threads"]),
+    ("import multiprocessing\nimport torch.multiprocessing as mp\nmp.Process", ["processes"]),
+    ("import torch\nblock = torch.compile(block)", []),
+    ("import torch.nn.functional as F\nF.embedding_bag(ids, weight, offsets, mode='mean')", []),
+    ("import torch\ntorch.backends.cudnn.benchmark = True\ntorch.backends.cudnn.deterministic = True", []),
+    ("from torch.backends import cudnn\ncudnn.benchmark = True", []),
+    ("from torch.utils.data import Dataset\n"
+     "class Cached(Dataset):\n"
+     "    def __init__(self, data):\n"
+     "        super().__init__()\n"
+     "        self._cache = {}\n"
+     "        self._data = data\n"
+     "    def __len__(self):\n"
+     "        return len(self._data)\n"
+     "    def __getitem__(self, i):\n"
+     "        if i not in self._cache:\n"
+     "            self._cache[i] = self._data[i]\n"
+     "        return self._cache[i]\n", []),
+    ("import math\nmath.sqrt(2)", []),
+    ("from __future__ import annotations\nfrom collections import deque\nfrom collections.abc import Iterator", []),
+    ("from time import perf_counter\nstart = perf_counter()", []),
+    ("import time\ntime.sleep(0.01)", []),
+    ("from torch.profiler import record_function\nwith record_function('step'):\n    pass", []),
+    ("import torch\nwith torch.autograd.profiler.record_function('x'):\n    pass", []),
+    ("import torch\nwith torch.profiler.record_function('x'):\n    pass", []),
+    ('if __name__ == "__main__":\n    import proflab\n\n    proflab.profile_file(__file__)', []),
+    ('if __name__ == "__main__":\n    from proflab import profile_file\n    profile_file(__file__)', []),
+    ("from proflab.labkit.photos import PhotoDataset, SmallCNN\nfrom proflab import labkit", []),
+    ('lr = getattr(cfg, "lr", 0.1)', []),
+    ('ok = hasattr(cfg, "device")', []),
+    ("import numpy as np\nimport PIL.Image\nimport torchvision.transforms as T", []),
+    ("values = x.tolist()\nx._version", []),
+    ("def forward(self, input):\n    return input * 2", []),
+    ("import torch\nfrom torch import nn\nclass M(nn.Module):\n    def forward(self, x: 'torch.Tensor') -> 'torch.Tensor':\n"
+     "        return type(self).__name__, x", []),
+    ("import torch\nt = torch.nn\nlayer = t.Linear(3, 3)\nlayer.weight = None\nF = None", []),
+    ("import torch\nwith torch.profiler.profile() as prof:\n    pass\nprof.export_chrome_trace('t.json')", ["profiler"]),
+    ("from pathlib import Path\nwith open(Path('f')) as f:\n    f.read()\nimport torch\ntorch.save(x, 'f')", ["files"]),
+    ("import os, sys, os.path\nos.environ['X']\nsys.argv", ["os"]),
+]
+
+
+@pytest.mark.parametrize("source, allow", ALLOWED, ids=[c[0].splitlines()[-1].strip()[:60] for c in ALLOWED])
+def test_allowed(source, allow):
+    assert audit_source(source, allow=allow) == []
+
+
+def test_findings_are_sorted_and_one_per_line_and_rule():
+    source = "import os, sys\nimport torch\ntorch._C._x = torch._C._y\neval('1')\n"
+    findings = audit_source(source)
+    assert [(f.line, f.rule) for f in findings] == [(1, "import"), (3, "private"), (3, "patch"), (4, "builtin")]
+    assert all(isinstance(f, Finding) for f in findings)
+    assert findings == sorted(findings, key=lambda f: (f.line, f.col))
+
+
+def test_an_unknown_allowance_raises():
+    with pytest.raises(ValueError, match="threadz"):
+        audit_source("import math", allow=["threadz"])
+
+
+def test_every_rule_a_finding_carries_is_explained():
+    rules = {case[2] for case in REFUSED}
+    assert rules <= RULES.keys()
+    assert all(RULES[r] for r in rules)
+    assert set(ALLOWANCES) == {"threads", "processes", "os", "files", "profiler"}
+    assert all(ALLOWANCES.values())
