@@ -19,7 +19,10 @@ ALL_LABS = ["1", "2", "3", "4"]
 
 
 def cheat(kit, monkeypatch, lab: str, name: str) -> tuple[int, dict]:
+    """A trick graded with the source audit off: these attempts reach into the kit (the audit refuses
+    them at once, tests/test_trust.py), and here the checks behind the audit must catch them alone."""
     monkeypatch.setenv("PROFLAB_CHEAT_LAB", lab)
+    monkeypatch.setenv("PROFLAB_AUDIT", "off")
     return kit.check_json(lab, "--file", str(CHEATS / name))
 
 

@@ -162,6 +162,9 @@ def runtime_failure(check: Check, outcome: execute.Outcome, lab: labs.Lab, timeo
         check.failed(f"{name}: {r.get('message', '')}", "every sample read from the lab's storage",
                      "samples that did not come from storage", "read every sample through the lab's dataset "
                      "(PhotoDataset): make the reads overlap (DataLoader workers), not disappear")
+    elif kind == "trace":
+        check.failed(f"{name}: {r.get('message', '')}", "the trace as the profiler wrote it", "a different file",
+                     "leave the trace files alone: the checker reads them as the profiler wrote them")
     elif kind == "clock":
         check.failed(f"{name}: {r.get('message', '')}", "the same time by both clocks", "they disagree",
                      "leave time, the profiler and the kit's own modules as they are")

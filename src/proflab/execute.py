@@ -251,6 +251,8 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
         outcome.status = "ok" if outcome.result.get("status") == "ok" else "error"
         if outcome.ok:
             _from_outside(outcome, marks, spec, background_allowed)
+        if outcome.ok and outcome.result.get("trace"):
+            _take_trace(outcome)
     else:
         outcome.status = "crash"
         outcome.result = {"kind": "crash", "message": _crash_message(proc.returncode)}
@@ -366,6 +368,36 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
         if beside:
             outcome.status = "error"
             outcome.result = {"kind": "background", "message": f"work went on beside the timed steps: {beside}"}
+
+
+def _take_trace(outcome: Outcome) -> None:
+    """The trace as the profiler wrote it (its fingerprint sent at once), then prepared for TensorBoard here.
+
+    Preparing it (``traces.fix_for_plugin``) happens in this process, so no code
+    of the lab file's touches the trace between the check of its fingerprint
+    and the evidence read from it; the fingerprint of the prepared file is
+    kept for the checker to compare once more when it reads the evidence.
+    """
+    from .traces import fix_for_plugin
+
+    path = Path(outcome.result["trace"])
+    try:
+        written = _file_sha256(path)
+    except OSError:
+        written = None
+    if written != outcome.result.get("trace_sha256"):
+        outcome.status = "error"
+        outcome.result = {"kind": "trace", "message": "its trace was changed (or removed) after the profiler "
+                          "wrote it, before the checker could read it"}
+        return
+    fix_for_plugin(str(path))
+    outcome.result["trace_sha256"] = _file_sha256(path)
+
+
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _busy_beside(marks: Marks, window_s: float, outcome: Outcome) -> str:

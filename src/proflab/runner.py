@@ -333,11 +333,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                              key=lambda p: p.stat().st_mtime)
             trace = str(written[-1]) if written else None
             if trace:
-                from .traces import fix_for_plugin
-
-                fix_for_plugin(trace)
                 # Before any more of the lab file runs (its generator's finally, below): the
-                # checker then knows the trace as the profiler wrote it.
+                # checker then knows the trace as the profiler wrote it, and prepares it for
+                # TensorBoard itself, outside this process.
                 mark(b"H" + _sha256(trace).encode())
             if spec.get("table"):
                 averages = prof.key_averages()
