@@ -374,10 +374,15 @@ def flops(event: Event) -> float:
     take their matrices second and third; ``aten::bmm`` adds the batch.
     ``aten::convolution`` is 2 × every output element × the kernel's
     input-channel·height·width; ``aten::convolution_backward`` twice that (the
-    gradients of the input and of the weight). 0 for any other operator, or
-    when the trace holds no shapes (``record_shapes`` off).
+    gradients of the input and of the weight). 0 for any other operator, for
+    a product with a sparse operand (the trace gives it no strides: its dense
+    shape says nothing of the work done), or when the trace holds no shapes
+    (``record_shapes`` off).
     """
     dims = (event.args or {}).get("Input Dims") or []
+    strides = (event.args or {}).get("Input Strides") or []
+    if any(isinstance(d, list) and d and not (i < len(strides) and strides[i]) for i, d in enumerate(dims)):
+        return 0.0  # an operand without strides is sparse: its dense size says nothing of the work
     try:
         if event.name == "aten::mm":
             (m, k), (_, n) = dims[0], dims[1]

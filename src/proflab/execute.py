@@ -150,7 +150,8 @@ def run(
         # The checker's own figures need the shapes (the work floor) and every thread (reads done elsewhere).
         "record_shapes": record_shapes or checking,
         "all_threads": checking,
-        "compile_marks": _may_compile(file),
+        "compile_marks": _mentions(file, "compile"),
+        "preimport": _mentions(file, "compile", "optim"),
         **(steps or {}),
     }
     env = {**os.environ, **quiet.QUIET_ENV, **w.env, "PYTHONUNBUFFERED": "1"}
@@ -172,12 +173,14 @@ def run(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _may_compile(file: Path) -> bool:
-    """Whether the file may call torch.compile (then its compile time is marked, to be left out)."""
+def _mentions(file: Path, *words: str) -> bool:
+    """Whether the file's source mentions any of ``words`` (``compile``: it may call torch.compile, whose
+    compile time is then marked, to be left out; ``optim``: it may build a torch.optim optimizer)."""
     try:
-        return "compile" in file.read_text(encoding="utf-8", errors="replace")
+        source = file.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
+    return any(word in source for word in words)
 
 
 def _check_storage(outcome: Outcome, reads: list[storage.Read], batch_size: int) -> None:

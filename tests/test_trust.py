@@ -1,0 +1,185 @@
+"""Grades nobody can fake: the tricks a determined learner tries, and the sound fixes a real learner writes.
+
+A learner's file runs inside the process the checker times and profiles, so
+the checker trusts only what it sees from outside that process. Three layers,
+each tested on its own, every attempt graded through the real ``proflab check``:
+
+* the source audit refuses, before anything runs, every attempt that reaches
+  into the checker's process (the environment, the kit's modules, the clock,
+  the pipe, the trace, threads);
+* with the audit off (``PROFLAB_AUDIT=off`` in the checker's own
+  environment), the checks that rest on outside observations catch those same
+  attempts on their own: the storage service's log, the stamped marks, the
+  trace's fingerprint, every thread profiled;
+* attempts written in plain Python, which the audit lets through, fail on what
+  is measured: the warm-up counted in the timing, the work floor in FLOPs.
+
+Sound alternative fixes pass.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import CHECK_NAMES, LEARNER_FILES, REPO, explain, statuses
+
+from proflab import labs
+from proflab.audit import audit_file
+
+CHEATS = Path(__file__).resolve().parent / "cheats"
+
+# Attempts in plain Python: the audit lets them through, the measurements catch them.
+PLAIN = {
+    "lab1_preload_warmup.py", "lab1_tiny_decoys.py", "lab2_pool_in_warmup.py", "lab2_tiny_decoys.py",
+    "lab3_tiny_decoys.py", "lab3_precompute_real_decoys.py", "lab4_tiny_decoys.py",
+    "lab4_precompute_real_decoys.py", "lab4_sparse_work.py",
+}
+
+
+def lab_of(name: str) -> labs.Lab:
+    return labs.resolve(name.split("_", 1)[0].removeprefix("lab"), labs.discover(REPO / "labs"))
+
+
+def refused(path: Path, lab: labs.Lab) -> list:
+    return audit_file(path, allow=lab.audit.allow, refuse=lab.audit.refuse)
+
+
+def failed_check(report: dict) -> dict:
+    failed = [c for c in report["checks"] if c["status"] == "failed"]
+    assert len(failed) == 1, explain(report)
+    return failed[0]
+
+
+def caught(report: dict, name: str, *words: str) -> None:
+    check = failed_check(report)
+    assert check["name"] == name and all(w in check["rationale"] for w in words), explain(report)
+
+
+# --- the audit ---------------------------------------------------------------------------------------
+
+LAB_CHEATS = sorted(p.name for p in CHEATS.glob("lab[0-9]_*.py"))
+
+
+@pytest.mark.parametrize("name", [n for n in LAB_CHEATS if n not in PLAIN])
+def test_the_audit_refuses_every_attempt_that_reaches_into_the_checker(name):
+    assert refused(CHEATS / name, lab_of(name)), f"{name} passed the source audit"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CHEATS.glob("[!_]*.py") if not p.name.startswith("lab")))
+@pytest.mark.parametrize("lab", ["1", "2", "3", "4"])
+def test_the_audit_refuses_the_older_attempts_too(name, lab):
+    """They reach the lab's reference and the kit through a helper module next to them."""
+    assert refused(CHEATS / name, labs.resolve(lab, labs.discover(REPO / "labs")))
+
+
+@pytest.mark.parametrize("name", sorted(PLAIN))
+def test_plain_python_attempts_pass_the_audit(name):
+    """So that the checks below grade them with the audit on, as a learner's file is graded."""
+    assert not refused(CHEATS / name, lab_of(name))
+
+
+def test_a_refused_file_fails_before_anything_runs(fresh_kit):
+    code, report = fresh_kit.check_json("1", "--file", str(CHEATS / "lab1_env_latency.py"))
+    assert code == 1
+    assert statuses(report) == {"runs": "failed", "same_results": "skipped", "evidence": "skipped",
+                                "faster": "skipped"}
+    runs = failed_check(report)
+    assert "the checker refuses to run lab1_env_latency.py: line" in runs["rationale"]
+    assert any("import os" in line for line in runs["details"]), runs
+    assert report["refused"] and report["audited"] is True
+    assert report["timings"] == {"original": [], "learner": []}
+    assert report["duration_s"] < 10
+
+
+# --- behind the audit: what the checker observes from outside ----------------------------------------
+
+def unaudited(kit, monkeypatch, name: str) -> tuple[int, dict]:
+    monkeypatch.setenv("PROFLAB_AUDIT", "off")
+    code, report = kit.check_json(str(lab_of(name).number), "--file", str(CHEATS / name))
+    assert report["audited"] is False
+    return code, report
+
+
+@pytest.mark.parametrize("name", ["lab1_env_latency.py", "lab1_direct_read.py"])
+def test_samples_that_skip_the_storage_service_fail(fresh_kit, monkeypatch, name):
+    code, report = unaudited(fresh_kit, monkeypatch, name)
+    assert code == 1, explain(report)
+    caught(report, "runs", "were read from the lab's storage")
+
+
+@pytest.mark.parametrize("name", ["lab1_no_marks.py", "lab1_fake_marks.py"])
+def test_missing_or_extra_step_marks_fail(fresh_kit, monkeypatch, name):
+    code, report = unaudited(fresh_kit, monkeypatch, name)
+    assert code == 1, explain(report)
+    caught(report, "runs", "the checker could not follow its steps")
+
+
+def test_reported_figures_are_not_believed(fresh_kit, monkeypatch):
+    """Its step times are divided on the way out; the stamps the checker made say otherwise."""
+    code, report = unaudited(fresh_kit, monkeypatch, "lab1_patch_reporting.py")
+    assert code == 1, explain(report)
+    # The original's code: it waits on the DataLoader as long as the original.
+    assert statuses(report)["faster"] != "passed"
+
+
+def test_a_patched_clock_in_the_lab_file_is_found_out(fresh_kit, monkeypatch):
+    code, report = unaudited(fresh_kit, monkeypatch, "lab2_setattr_latency.py")
+    assert code == 1, explain(report)
+    caught(report, "runs", "something changed the clock")
+
+
+def test_a_trace_edited_after_it_was_written_fails(fresh_kit, monkeypatch):
+    code, report = unaudited(fresh_kit, monkeypatch, "lab4_edit_trace.py")
+    assert code == 1, explain(report)
+    check = failed_check(report)
+    assert "changed" in check["rationale"] and "trace" in check["rationale"], explain(report)
+
+
+def test_reads_on_another_thread_are_counted(fresh_kit, monkeypatch):
+    code, report = unaudited(fresh_kit, monkeypatch, "lab4_reads_in_thread.py")
+    assert code == 1, explain(report)
+    caught(report, "evidence", "host round trips per step is still")
+
+
+def test_fused_only_while_profiled_is_not_faster(fresh_kit, monkeypatch):
+    """The profiled steps run the fused block, the timed ones the original's: the evidence passes, the
+    timing does not."""
+    code, report = unaudited(fresh_kit, monkeypatch, "lab3_patch_profiler.py")
+    assert code == 1, explain(report)
+    assert statuses(report)["faster"] == "failed" or failed_check(report)["name"] == "same_results"
+
+
+# --- plain Python, audit on: what is measured ---------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["lab1_tiny_decoys.py", "lab2_tiny_decoys.py", "lab3_tiny_decoys.py",
+                                  "lab4_tiny_decoys.py", "lab4_sparse_work.py"])
+def test_decoy_operators_on_tiny_inputs_do_not_make_the_work(fresh_kit, name):
+    code, report = fresh_kit.check_json(str(lab_of(name).number), "--file", str(CHEATS / name))
+    assert code == 1, explain(report)
+    caught(report, "evidence", "the profiled steps did not do the work")
+    assert "MFLOPs per step" in failed_check(report)["expected"]
+
+
+@pytest.mark.parametrize("name", ["lab1_preload_warmup.py", "lab2_pool_in_warmup.py",
+                                  "lab3_precompute_real_decoys.py", "lab4_precompute_real_decoys.py"])
+def test_work_moved_into_the_warmup_is_still_paid_for(fresh_kit, name):
+    code, report = fresh_kit.check_decided(str(lab_of(name).number), "--file", str(CHEATS / name))
+    assert code == 1, explain(report)
+    assert statuses(report)["faster"] == "failed", explain(report)
+
+
+# --- sound fixes pass ---------------------------------------------------------------------------------
+
+SOUND = ["lab1_workers2.py", "lab1_workers16.py", "lab1_workers32.py", "lab1_threadpool.py",
+         "lab2_functional_bag.py", "lab2_index_add.py", "lab2_sparse.py",
+         "lab3_inplace_builtins.py", "lab3_sdpa_only.py", "lab4_four_items.py", "lab4_preallocated.py"]
+
+
+@pytest.mark.parametrize("name", SOUND)
+def test_a_sound_alternative_fix_passes(fresh_kit, name):
+    assert not refused(LEARNER_FILES / name, lab_of(name))
+    code, report = fresh_kit.check_decided(str(lab_of(name).number), "--file", str(LEARNER_FILES / name))
+    assert code == 0, explain(report)
+    assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
