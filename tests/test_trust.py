@@ -124,10 +124,12 @@ def test_reported_figures_are_not_believed(fresh_kit, monkeypatch):
     assert statuses(report)["faster"] != "passed"
 
 
-def test_a_patched_clock_in_the_lab_file_is_found_out(fresh_kit, monkeypatch):
+def test_a_patched_clock_in_the_lab_file_changes_nothing(fresh_kit, monkeypatch):
+    """time.perf_counter replaced at import: the runner bound its clock before, and the checker's stamps
+    are its own. The original's lookups are left as they were, and show."""
     code, report = unaudited(fresh_kit, monkeypatch, "lab2_setattr_latency.py")
     assert code == 1, explain(report)
-    caught(report, "runs", "something changed the clock")
+    caught(report, "evidence", "row lookups per batch is still")
 
 
 def test_a_trace_edited_after_it_was_written_fails(fresh_kit, monkeypatch):
@@ -158,8 +160,34 @@ def test_fused_only_while_profiled_is_not_faster(fresh_kit, monkeypatch):
 def test_decoy_operators_on_tiny_inputs_do_not_make_the_work(fresh_kit, name):
     code, report = fresh_kit.check_json(str(lab_of(name).number), "--file", str(CHEATS / name))
     assert code == 1, explain(report)
-    caught(report, "evidence", "the profiled steps did not do the work")
-    assert "MFLOPs per step" in failed_check(report)["expected"]
+    check = failed_check(report)
+    if check["name"] == "same_results":  # yielding from a cache: the profiler's own cost makes its steps stand out
+        assert "as long as a timed one" in check["rationale"], explain(report)
+    else:
+        caught(report, "evidence", "the profiled steps did not do the work")
+        assert "MFLOPs per step" in check["expected"]
+
+
+def test_the_work_floor_counts_products_by_size_and_sparse_ones_not_at_all(tmp_path):
+    import json
+
+    from proflab import evidence
+
+    def op(name, dims, strides, ts):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": 1, "pid": 1, "tid": 1,
+                "args": {"Input Dims": dims, "Input Strides": strides}}
+
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
+              op("aten::mm", [[64, 32], [32, 16]], [[32, 1], [16, 1]], 10),
+              op("aten::addmm", [[16], [8, 32], [32, 16]], [[1], [32, 1], [16, 1]], 20),
+              op("aten::addmm", [[1024, 128], [1024, 1000], [1000, 128]], [[128, 1], [], [0, 1]], 30),  # sparse
+              op("aten::convolution", [[4, 3, 16, 16], [16, 3, 3, 3], [16]], [[768, 256, 16, 1], [27, 9, 3, 1], [1]], 40),
+              op("aten::relu", [[4, 16, 16, 16]], [[4096, 256, 16, 1]], 50)]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    work = evidence.work_flops(evidence.load(path), ("aten::mm", "aten::addmm", "aten::convolution"))
+    assert work.value == 2 * 64 * 32 * 16 + 2 * 8 * 32 * 16 + 2 * 4 * 16 * 16 * 16 * 3 * 3 * 3
+    assert work.details["calls_per_step"] == 4
 
 
 @pytest.mark.parametrize("name", ["lab1_preload_warmup.py", "lab2_pool_in_warmup.py",

@@ -1,7 +1,7 @@
-"""Lab 1 gaming attempt: load every batch of the epoch in the first (untimed) step.
+"""Lab 1 gaming attempt: load every batch it will need in the first (untimed) step.
 
 The trick: num_workers=0 as in the original, but the first step pulls every
-batch the epoch holds through the normal DataLoader into a list, paying all
+batch the checker will take through the normal DataLoader into a list, paying all
 the storage waits there, and every step trains from that list: the same
 samples in the same order, so the results are the original's, and the timed
 steps never wait on storage.
@@ -10,8 +10,10 @@ What the checker should catch: the first step is left out of the timing only
 up to what the original's first step takes (plus a little slack and the
 lab's startup_s); the rest of its time, here every read of the epoch, counts
 as work moved out of the timed steps, and the version is slower than the
-original overall (it loads 64 batches where the checker takes 21).
+original overall.
 """
+
+import itertools
 
 import torch
 import torch.nn.functional as F
@@ -35,8 +37,11 @@ def pipeline(cfg):
     model = SmallCNN(dataset.num_classes).to(cfg.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
-    batches = list(loader)  # the whole epoch, read in the first step
-    for images, labels in batches:
+    # The batches the checker takes (21 of the epoch's 64: the warm-up, timed
+    # and profiled steps of lab.toml), all read in the first step.
+    batches = iter(loader)
+    ahead = [next(batches) for _ in range(21)]
+    for images, labels in itertools.chain(ahead, batches):
         with record_function("train_step"):
             images, labels = images.to(cfg.device), labels.to(cfg.device)
             loss = F.cross_entropy(model(images), labels)
