@@ -106,7 +106,7 @@ def unaudited(kit, monkeypatch, name: str) -> tuple[int, dict]:
 def test_samples_that_skip_the_storage_service_fail(fresh_kit, monkeypatch, name):
     code, report = unaudited(fresh_kit, monkeypatch, name)
     assert code == 1, explain(report)
-    caught(report, "runs", "were read from the lab's storage")
+    caught(report, "same_results", "were read from the lab's storage")
 
 
 @pytest.mark.parametrize("name", ["lab1_no_marks.py", "lab1_fake_marks.py"])
@@ -149,8 +149,9 @@ def test_fused_only_while_profiled_is_not_faster(fresh_kit, monkeypatch):
     """The profiled steps run the fused block, the timed ones the original's: the evidence passes, the
     timing does not."""
     code, report = unaudited(fresh_kit, monkeypatch, "lab3_patch_profiler.py")
-    assert code == 1, explain(report)
-    assert statuses(report)["faster"] == "failed" or failed_check(report)["name"] == "same_results"
+    # About 1.0x against a 1.1x threshold: failed, or too close to call within the lab's rounds; never passed.
+    assert code in (1, 4), explain(report)
+    assert statuses(report)["faster"] in ("failed", "inconclusive"), explain(report)
 
 
 # --- plain Python, audit on: what is measured ---------------------------------------------------------

@@ -158,10 +158,6 @@ def runtime_failure(check: Check, outcome: execute.Outcome, lab: labs.Lab, timeo
         check.failed(f"{name}: {r.get('message', '')}", "every step marked, in order, as the kit's runner marks it",
                      "marks missing or out of order", "leave the kit's runner, its pipe and its file descriptors "
                      "alone; if you did not touch them, run `proflab run` to see whether the run ends early")
-    elif kind == "storage":
-        check.failed(f"{name}: {r.get('message', '')}", "every sample read from the lab's storage",
-                     "samples that did not come from storage", "read every sample through the lab's dataset "
-                     "(PhotoDataset): make the reads overlap (DataLoader workers), not disappear")
     elif kind == "trace":
         check.failed(f"{name}: {r.get('message', '')}", "the trace as the profiler wrote it", "a different file",
                      "leave the trace files alone: the checker reads them as the profiler wrote them")
@@ -294,11 +290,17 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
 
         for run in learners[len(report.timings["learner"]):]:
             diff = compare.compare(originals[0].result["results"], run.result["results"], lab.results)
-            if diff is not None:
+            unread = (run.result.get("storage") or {}).get("unread")
+            if diff is not None or unread:
                 runs.passed(f"{Path(file).name} ran all {lab.workload.total_steps} steps",
                             actual=f"{run.result['steps_done']} steps in {run.wall_s:.1f} s")
-                same.failed(diff.message, "the original's values, step by step", f"step {diff.step} differs",
-                            diff.hint or where_to_look(lab))
+                if diff is not None:
+                    same.failed(diff.message, "the original's values, step by step", f"step {diff.step} differs",
+                                diff.hint or where_to_look(lab))
+                else:
+                    same.failed(unread, "every sample read from the lab's storage", "samples that did not "
+                                "come from storage", "read every sample through the lab's dataset (PhotoDataset): "
+                                "make the reads overlap (DataLoader workers, threads), not disappear")
                 report.verdict = FAILED
                 return
         allowance = first_step_allowance(lab, originals)
@@ -401,8 +403,7 @@ PROFILED_SLOWDOWN_MIN_S = 0.0005
 
 def _same_work_when_profiled(run: execute.Outcome, report: Report, same: Check) -> bool:
     """The profiled steps are the timed steps' evidence only if they do the same work."""
-    timed = max(float(run.result.get("timed_mean_step_s", run.mean_step_s)), 1e-9)
-    profiled = float(run.result.get("profiled_step_s") or 0.0)
+    timed, profiled = max(run.mean_step_s, 1e-9), float(run.result.get("profiled_step_s") or 0.0)
     if profiled > PROFILED_SLOWDOWN_MAX * timed and profiled - timed > PROFILED_SLOWDOWN_MIN_S:
         same.failed(f"a profiled step took {profiled / timed:.0f}× as long as a timed one "
                     f"({profiled * 1000:.1f} ms against {timed * 1000:.1f} ms)",
