@@ -232,6 +232,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
 
     originals: list[execute.Outcome] = []
     learners: list[execute.Outcome] = []
+    loaded: dict[str, evidence.Trace] = {}  # the first runs' traces, read once by execute, until the evidence
     measuring_since = time.perf_counter()
 
     def run_one(which: str, round_no: int) -> execute.Outcome:
@@ -249,6 +250,9 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
         if outcome.ok and first and outcome.result.get("trace"):
             report.traces[which] = outcome.result["trace"]
             report.trace_sha256[which] = outcome.result.get("trace_sha256") or ""
+            if outcome.trace is not None:
+                loaded[which] = outcome.trace
+                outcome.trace = None
         return outcome
 
     round_no = 0
@@ -315,8 +319,10 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
             same.passed(f"all {lab.workload.total_steps} steps match the original "
                         f"({', '.join(r.key for r in lab.results)})",
                         expected="the original's values", actual="equal within tolerance")
-            if not (_same_work_when_profiled(learners[0], report, same)
-                    and _evidence(lab, report, proof, learners[0])):
+            proven = (_same_work_when_profiled(learners[0], report, same)
+                      and _evidence(lab, report, proof, learners[0], loaded))
+            loaded.clear()  # the traces' events are not needed after this
+            if not proven:
                 report.verdict = FAILED
                 return
         if round_no >= rounds:
@@ -438,7 +444,8 @@ def _trace_matches_steps(lab: labs.Lab, trace: evidence.Trace, run: execute.Outc
     return True
 
 
-def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.Outcome) -> bool:
+def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.Outcome,
+              loaded: dict[str, evidence.Trace]) -> bool:
     ev = lab.evidence
     if "learner" not in report.traces or "original" not in report.traces:
         proof.failed("no trace was written", "a trace from each version", "none",
@@ -452,7 +459,7 @@ def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.
                      "a different file", "leave the trace files alone: the checker reads them as they were written")
         return False
     try:  # each trace read once, for every figure taken from it
-        traces = {which: evidence.load(path) for which, path in report.traces.items()}
+        traces = {which: loaded.get(which) or evidence.load(path) for which, path in report.traces.items()}
     except evidence.TraceError as e:
         proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
         return False

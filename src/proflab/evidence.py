@@ -95,6 +95,12 @@ def load(path: str | Path) -> Trace:
             raw = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise TraceError(f"cannot read trace {path}: {e}") from None
+    return from_data(path, raw)
+
+
+def from_data(path: str | Path, raw: dict[str, Any]) -> Trace:
+    """A trace from its parsed JSON (read already, for instance to check and prepare it)."""
+    path = Path(path)
     events = [
         Event(e["name"], e.get("cat", ""), float(e["ts"]), float(e.get("dur", 0.0)), e.get("pid"), e.get("tid"),
               e.get("args") if e.get("cat") == "cpu_op" else None)

@@ -58,6 +58,7 @@ class Outcome:
     stderr: str = ""
     wall_s: float = 0.0
     returncode: int | None = None
+    trace: Any = field(default=None, repr=False)  # the trace, read and checked once (an evidence.Trace)
 
     @property
     def ok(self) -> bool:
@@ -227,7 +228,7 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
                 if time.perf_counter() - started > limit:
                     stopped = "timeout"
                     break
-                peak_mb = max(peak_mb, _group_memory_mb(proc.pid))
+                peak_mb = max(peak_mb, _group_memory_mb(proc.pid, memory_mb))
                 if peak_mb > memory_mb:
                     stopped = "memory"
                     break
@@ -382,26 +383,38 @@ def _take_trace(outcome: Outcome) -> None:
     and the evidence read from it; the fingerprint of the prepared file is
     kept for the checker to compare once more when it reads the evidence.
     """
+    import gzip
+    import hashlib
+
+    from . import evidence
     from .traces import fix_for_plugin
 
     path = Path(outcome.result["trace"])
     try:
-        written = _file_sha256(path)
+        raw = path.read_bytes()
     except OSError:
-        written = None
-    if written != outcome.result.get("trace_sha256"):
+        raw = None
+    if raw is None or hashlib.sha256(raw).hexdigest() != outcome.result.get("trace_sha256"):
         outcome.status = "error"
         outcome.result = {"kind": "trace", "message": "its trace was changed (or removed) after the profiler "
                           "wrote it, before the checker could read it"}
         return
-    fix_for_plugin(str(path))
+    try:  # read once: prepared for TensorBoard, then kept for the evidence
+        data = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+    except (OSError, ValueError):
+        return  # not a trace: the checker says so when it reads the evidence
+    fix_for_plugin(path, data)
     outcome.result["trace_sha256"] = _file_sha256(path)
+    try:
+        outcome.trace = evidence.from_data(path, data)
+    except evidence.TraceError:
+        pass  # the checker reads it again, and says what is wrong with it
 
 
 def _file_sha256(path: Path) -> str:
     import hashlib
 
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(path.read_bytes()).hexdigest()  # a trace of tens of MB: a few tens of ms
 
 
 def _busy_beside(marks: Marks, window_s: float, outcome: Outcome) -> str:
@@ -463,34 +476,37 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-def _group_memory_mb(pgid: int) -> float:
+def _group_memory_mb(pgid: int, limit_mb: float = float("inf")) -> float:
     """Memory of every process in a process group as the machine pays for it, in MB (Linux; 0 elsewhere).
 
     Proportional set size (PSS, from /proc/PID/smaps_rollup): a page shared by
     N processes counts 1/N in each, so forked DataLoader workers, which share
     most of their parent's pages, are not counted N times over. Where the
-    kernel has no smaps_rollup, resident memory (RSS) is used instead.
+    kernel has no smaps_rollup, resident memory (RSS) is used instead. Reading
+    smaps_rollup walks a process's page tables, so it is read only once the
+    resident memory, which is never less, is past ``limit_mb``.
     """
-    total_kb = 0
-    for pid in _group_members(pgid):
-        total_kb += _pss_kb(pid)
-    return total_kb / 1024
+    members = _group_members(pgid)
+    rss_kb = sum(_kb(f"/proc/{pid}/status", "VmRSS:") or 0 for pid in members)
+    if rss_kb <= limit_mb * 1024:  # PSS is never more than RSS: the cheap figure settles it
+        return rss_kb / 1024
+    return sum(_pss_or_rss_kb(pid) for pid in members) / 1024
 
 
-def _pss_kb(pid: int) -> int:
+def _pss_or_rss_kb(pid: int) -> int:
+    pss = _kb(f"/proc/{pid}/smaps_rollup", "Pss:")
+    return pss if pss is not None else (_kb(f"/proc/{pid}/status", "VmRSS:") or 0)
+
+
+def _kb(path: str, field_name: str) -> int | None:
+    """A ``Name:  123 kB`` field of a /proc file, in kB; None when the file or the field is not there."""
     try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(field_name):
                 return int(line.split()[1])
     except (OSError, ValueError, IndexError):
         pass
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    return None
 
 
 def _crash_message(code: int | None) -> str:

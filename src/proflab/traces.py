@@ -25,12 +25,17 @@ from .atomic import write_text
 PLUGIN_CATEGORY = "cpu_op"
 
 
-def fix_for_plugin(path: str | Path) -> int:
-    """Re-file ``record_function`` ranges so the plugin counts them; returns how many."""
+def fix_for_plugin(path: str | Path, data: dict | None = None) -> int:
+    """Re-file ``record_function`` ranges so the plugin counts them; returns how many.
+
+    ``data``: the file's parsed JSON, when the caller has read it already; it
+    is changed in place and written back.
+    """
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        data = json.load(f)
+    if data is None:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            data = json.load(f)
     changed = 0
     for event in data.get("traceEvents", []):
         if event.get("cat") == "user_annotation" and not str(event.get("name", "")).startswith("ProfilerStep#"):
