@@ -299,6 +299,8 @@ def _bad_marks(outcome: Outcome, marks: Marks, spec: dict[str, Any]) -> str:
         return (f"the marks of its steps reached the checker as {_abridge(steps)}, "
                 f"not {_abridge(expected)}")
     compiling = "".join(c for c, _ in marks.stamps if c in "Cc")
+    if compiling and not spec.get("compile_marks"):
+        return "compile marks arrived from a file that never mentions torch.compile"
     if compiling != "Cc" * (len(compiling) // 2) or len(compiling) % 2:
         return "its compile marks do not open and close in turn"
     has_trace = bool(outcome.result.get("trace"))
@@ -369,7 +371,7 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
     r["profiled_steps_s"] = profiled
     r["trace_sha256"] = marks.trace_sha256
     if not background_allowed:
-        beside = _busy_beside(marks, outside, outcome)
+        beside = _busy_beside(marks, outside)
         if beside:
             outcome.status = "error"
             outcome.result = {"kind": "background", "message": f"work went on beside the timed steps: {beside}"}
@@ -417,7 +419,7 @@ def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()  # a trace of tens of MB: a few tens of ms
 
 
-def _busy_beside(marks: Marks, window_s: float, outcome: Outcome) -> str:
+def _busy_beside(marks: Marks, window_s: float) -> str:
     """A thread (other than the one running the steps) or another process of the run busy during the window."""
     before, after = marks.cpu.get("S", {}), marks.cpu.get("E", {})
     allowed = max(0.03, 0.1 * window_s)
