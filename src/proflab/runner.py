@@ -4,10 +4,14 @@ The kit starts ``python -m proflab.runner SPEC.json`` once per run. This
 module imports the lab file, calls its ``pipeline(cfg)`` generator, and pulls
 one training step at a time from it:
 
-    warm-up steps   untimed (start-up, caches, worker spawn)
-    timed steps     wall clock between yields, device synchronised at both ends
+    warm-up steps   start-up, caches, worker spawn
+    timed steps     the profiler off, the device synchronised at both ends
     profiled steps  ``torch.profiler`` with a ``schedule``, written by
                     ``tensorboard_trace_handler`` (first run of a version only)
+
+Every step is marked through a pipe, and the checker times the steps by its
+own clock from those marks (see ``_marker``); this process reports only the
+timed window's length, for the checker to cross-check.
 
 Every value the pipeline yields is kept, so results are compared on the very
 runs that were timed. The outcome, a success or a short diagnosis of what went
@@ -84,13 +88,6 @@ def _preimport() -> None:
         import torch._dynamo  # noqa: F401
     except Exception:  # noqa: BLE001 - the lab file's own import then reports what is wrong
         pass
-
-
-def _sha256(path: str) -> str:
-    import hashlib
-
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def _thread_cpu_s() -> dict[int, tuple[str, float]]:
@@ -259,8 +256,6 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     warmup, timed, profiled = spec["warmup_steps"], spec["timed_steps"], spec["profile_steps"]
     kept: list[dict[str, Any]] = []
-    step_times: list[float] = []
-    profiled_s = 0.0
     trace = None
     table = None
 
@@ -294,29 +289,23 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         if spec.get("profile_mode") == "timed":  # the benchmark's overhead measurement
             with profile(activities=_activities(device, ProfilerActivity)) as prof:
                 sync()  # the profiler's start-up is not part of what it costs per step
-                start = last = _clock()
+                start = _clock()
                 mark(b"S")
                 for _ in range(timed):
                     advance()
                     prof.step()
                     mark(b"T")
-                    now = _clock()
-                    step_times.append(now - last)
-                    last = now
                 sync()
                 end = _clock()
                 mark(b"E")
         else:
             sync()
             threads_before = _thread_cpu_s()
-            start = last = _clock()
+            start = _clock()
             mark(b"S")
             for _ in range(timed):
                 advance()
                 mark(b"T")
-                now = _clock()
-                step_times.append(now - last)
-                last = now
             sync()
             end = _clock()
             mark(b"E")
@@ -338,9 +327,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             prof.start()
             for _ in range(profiled):
                 mark(b"P")
-                before = _clock()
                 advance()  # the step alone: prof.step() may write the trace, which is not the step's work
-                profiled_s += _clock() - before
                 mark(b"Q")
                 prof.step()
             prof.stop()
@@ -352,7 +339,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 # Before any more of the lab file runs (its generator's finally, below): the
                 # checker then knows the trace as the profiler wrote it, and prepares it for
                 # TensorBoard itself, outside this process.
-                mark(b"H" + _sha256(trace).encode())
+                from .labs import sha256
+
+                mark(b"H" + sha256(Path(trace)).encode())
             if spec.get("table"):
                 averages = prof.key_averages()
                 key = _sort_key(device.type, averages)
@@ -360,9 +349,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         else:
             for _ in range(profiled):
                 mark(b"P")
-                before = _clock()
                 advance()
-                profiled_s += _clock() - before
                 mark(b"Q")
         sync()
     except _Short as short:
@@ -378,9 +365,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             except Exception:  # noqa: BLE001 - shutting down is best effort
                 pass
 
-    return {"status": "ok", **info, "steps_done": len(kept), "step_times": step_times,
-            "window_s": end - start, "mean_step_s": (end - start) / max(timed, 1),
-            "profiled_step_s": profiled_s / max(profiled, 1),
+    # Only the timed window's length, by this process's clock, is reported: the checker compares it
+    # with its own stamps, from which it takes every timing (execute._from_outside).
+    return {"status": "ok", **info, "steps_done": len(kept), "window_s": end - start,
             "results": _encode(kept, torch), "trace": trace, "table": table}
 
 
