@@ -94,6 +94,63 @@ class Kit:
         return code, report
 
 
+# --- nothing a test starts outlives it ------------------------------------------
+
+LEAK_MARK = "PROFLAB_TEST_MARK"
+
+
+def _marked(token: str) -> set[int]:
+    """Processes carrying this test's mark in their environment (every process the test started, and
+    theirs, whatever session or group they moved to), and every member of their groups and sessions."""
+    me, found, ids = os.getpid(), set(), {}
+    needle = f"{LEAK_MARK}={token}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            if stat[0] in ("Z", "X"):
+                continue
+            ids[int(entry)] = (int(stat[2]), int(stat[3]))  # process group, session
+            if needle in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
+                found.add(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    groups = {g for pid in found for g in ids.get(pid, ()) if g != os.getpgid(me) and g != os.getsid(me)}
+    return found | {pid for pid, (pgid, sid) in ids.items() if pgid in groups or sid in groups}
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running():
+    """After every test, no process it started is alive (checked by environment mark, process group and
+    session, not only by PID); any left are killed, and the test fails."""
+    import signal
+    import time
+    import uuid
+
+    token = uuid.uuid4().hex
+    os.environ[LEAK_MARK] = token
+    try:
+        yield
+    finally:
+        os.environ.pop(LEAK_MARK, None)
+    deadline = time.monotonic() + 10
+    left = _marked(token)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = _marked(token)
+    if left:
+        shown = []
+        for pid in sorted(left):
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                shown.append(f"{pid}: {command[:120]}")
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        pytest.fail("processes started by this test were still running after it:\n" + "\n".join(shown))
+
+
 def make_kit(root: Path) -> Kit:
     shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
     return Kit(root)

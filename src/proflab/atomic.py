@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -33,3 +35,44 @@ def _umask() -> int:
 
 def write_json(path: str | os.PathLike, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def write_verified(path: str | os.PathLike, data: bytes, like: str | os.PathLike | None = None) -> None:
+    """``data`` to ``path``, atomically and checked: a temp file in the same folder, fsynced, read back and
+    compared byte for byte, then renamed into place (and the folder fsynced).
+
+    On any failure (a full disk, a read-only folder) it raises OSError and leaves no file behind: ``path``
+    is then either absent or as it was. ``like``: a file whose permissions and times the copy takes.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            view = memoryview(data)
+            while view:  # os.write may write less than asked
+                view = view[os.write(f.fileno(), view):]
+            os.fsync(f.fileno())
+        with open(tmp, "rb") as f:
+            written = f.read()
+        if written != data:
+            raise OSError(errno.EIO, f"the copy reads back different from what was written "
+                                     f"({len(written)} of {len(data)} bytes)", tmp)
+        if like is not None:
+            try:
+                shutil.copystat(like, tmp)
+            except OSError:
+                pass  # the bytes are what matter
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:
+        dirfd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dirfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dirfd)

@@ -16,12 +16,15 @@ later checks are reported as skipped.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
-from . import breakdown, compare, evidence, execute, labs, paths, stats
+from . import breakdown, compare, errors, evidence, execute, labs, paths, stats, traces
 from .labs import format_value
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -100,6 +103,14 @@ class Report:
         data["exit_code"] = self.exit_code
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Report":
+        """A report from ``as_dict``'s record (a grading's journal)."""
+        known, of_check = {f.name for f in fields(cls)}, {f.name for f in fields(Check)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["checks"] = [Check(**{k: v for k, v in c.items() if k in of_check}) for c in data["checks"]]
+        return cls(**values)
+
 
 # 0 passed, 1 failed, 3 cannot grade (the original or the kit failed), 4 too noisy to call.
 EXIT_CODES = {PASSED: 0, FAILED: 1, "error": 3, INCONCLUSIVE: 4}
@@ -112,13 +123,35 @@ def trace_dir(lab: labs.Lab, label: str) -> Path:
     return paths.runs_dir() / lab.slug / label
 
 
-def fresh_trace_dir(lab: labs.Lab, label: str) -> Path:
-    folder = trace_dir(lab, label)
-    if folder.exists():
-        for old in folder.glob("*.pt.trace.json*"):
-            old.unlink(missing_ok=True)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+class NotGraded(Exception):
+    """The kit or the machine failed during a check (a full disk, lab data that cannot be built)."""
+
+
+@contextmanager
+def workspace(prefix: str):
+    """A private scratch folder under ``.proflab/tmp``, removed afterwards; a kit error if it cannot be made."""
+    try:
+        root = paths.state_dir() / "tmp"
+        root.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    except OSError as e:
+        raise NotGraded(errors.describe(e, "make a scratch folder in")) from None
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def snapshot(file: Path, folder: Path) -> Path:
+    """A copy of ``file`` taken now: what is graded, even if the file is saved again during the check."""
+    copy = folder / file.name
+    data = Path(file).read_bytes()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(data)
+    except OSError as e:
+        raise NotGraded(errors.describe(e, "write")) from None
+    return copy
 
 
 def where_to_look(lab: labs.Lab) -> str:
@@ -185,8 +218,15 @@ def check(
     timeout_s: float | None = None,
     on_progress: Progress = lambda message: None,
     audited: bool = True,
+    workdir: Path | None = None,
 ) -> Report:
     """Grade ``file`` against ``lab``'s original. Never raises for a learner's mistake.
+
+    The file is graded from a copy taken when the check starts (saving it
+    again during the check changes nothing), run in ``workdir`` (default: its
+    own folder). Each check's traces are written apart, then published to
+    ``runs/<lab>/``. A failure of the kit or the machine (a full disk, lab
+    data that cannot be built) gives the verdict "error" ("not graded").
 
     ``audited=False`` skips the source audit; the kit's own tests use it to
     show that the checks after it catch what it would have refused. The
@@ -199,25 +239,75 @@ def check(
     rounds = rounds or lab.workload.rounds
     timeout = timeout_s or lab.workload.timeout_s
     try:
-        _grade(lab, file, label, device, rounds, timeout, report, on_progress)
+        with workspace("check-") as work:
+            try:
+                learner = snapshot(file, work / "learner")
+            except OSError as e:
+                report.verdict = "error"
+                report.error = (f"{file} does not exist" if isinstance(e, FileNotFoundError) else
+                                f"{file} is a folder, not a file" if isinstance(e, IsADirectoryError) else
+                                f"{file} could not be read: {e.strerror or e}")
+                return report
+            try:
+                _prepare_data(lab)
+                _grade(lab, learner, label, device, rounds, timeout, report, on_progress,
+                       workdir=workdir or Path(file).resolve().parent, work=work, shown_as=Path(file))
+            finally:
+                _publish_traces(lab, label, report)
+            _name_the_file(report, learner, Path(file))
+    except NotGraded as e:
+        report.verdict = "error"
+        report.error = f"{e}. This is the kit's or the machine's failure, not your fix's"
     finally:
         report.duration_s = time.perf_counter() - started
     return report
 
 
-def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progress: Progress) -> None:
+def _prepare_data(lab: labs.Lab) -> None:
+    """The lab's data, verified by content (and rebuilt if a copy is incomplete), before any run."""
+    if not lab.data:
+        return
+    from .labkit import DataError, prepare
+
+    try:
+        prepare(lab.data, paths.data_dir())
+    except (DataError, OSError) as e:
+        raise NotGraded(f"lab {lab.number}'s data is not ready ({e}); run `proflab data` to see why") from None
+
+
+def _publish_traces(lab: labs.Lab, label: str, report: Report) -> None:
+    """The traces read for the verdict, moved from the check's private folder to its TensorBoard runs."""
+    for which, path in list(report.traces.items()):
+        if not Path(path).exists():
+            continue
+        try:
+            report.traces[which] = str(traces.publish(path, trace_dir(lab, "original" if which == "original"
+                                                                        else label)))
+        except OSError:
+            report.traces.pop(which)  # the verdict stands; only its view in TensorBoard is missing
+
+
+def _name_the_file(report: Report, snapshot_path: Path, file: Path) -> None:
+    """What the report says about the snapshot, said of the learner's own file."""
+    report.file = str(file)
+    for where in {str(snapshot_path), str(snapshot_path.resolve())}:
+        report.traceback = report.traceback.replace(where, str(file))
+        report.error = report.error.replace(where, str(file))
+        for c in report.checks:
+            c.rationale, c.actual = c.rationale.replace(where, str(file)), c.actual.replace(where, str(file))
+            c.details = [line.replace(where, str(file)) for line in c.details]
+
+
+def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progress: Progress, *,
+           workdir: Path, work: Path, shown_as: Path) -> None:
     runs, same, proof, faster = (report.check(n) for n, *_ in CHECKS)
-    if not lab.original_is_intact():
+    original = snapshot(lab.original, work / "original")
+    if labs.sha256(original) != lab.original_sha256:
         report.verdict = "error"
         report.error = (f"{lab.original} was edited, so there is nothing trustworthy to compare against. "
                         f"Put your changes in {lab.exercise.name}, then restore the original "
                         f"(`git checkout -- {paths.display(lab.original)}`).")
         return
-    if not file.exists():
-        report.verdict = "error"
-        report.error = f"{file} does not exist"
-        return
-
     try:
         compile(file.read_bytes(), str(file), "exec")
     except SyntaxError as e:  # no need to start a process to find this one
@@ -242,9 +332,15 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
         what = "original" if which == "original" else Path(file).name
         on_progress(f"round {round_no}/{rounds}: running the {what}" if round_no <= rounds else
                     f"extra round {round_no}: the speed-up is close to the threshold, measuring again ({what})")
-        outcome = execute.run(lab, lab.original if which == "original" else file, name, device=device,
-                              trace_dir=fresh_trace_dir(lab, name) if first else None, timeout_s=timeout,
-                              checking=True)
+        try:
+            outcome = execute.run(lab, original if which == "original" else file, name, device=device,
+                                  trace_dir=work / "traces" / which if first else None, timeout_s=timeout,
+                                  checking=True, workdir=lab.folder if which == "original" else workdir,
+                                  shown_as=lab.original if which == "original" else shown_as)
+        except errors.KitError as e:
+            raise NotGraded(str(e)) from None
+        if outcome.status == "kit":
+            raise NotGraded(outcome.result.get("message", "the kit failed"))
         if outcome.ok and device == "auto":  # both versions then run where the first one did
             device = outcome.result["device"]
         if outcome.ok and first and outcome.result.get("trace"):
@@ -289,6 +385,8 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                     report.verdict = "error"
                     report.error = f"two runs of the original disagree ({diff.message}): the lab is not deterministic here"
                     return
+                if originals:
+                    outcome.result.pop("results")  # compared: only the first run's values are kept
                 originals.append(outcome)
         report.device = device
 
@@ -307,6 +405,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                                 "make the reads overlap (DataLoader workers, threads), not disappear")
                 report.verdict = FAILED
                 return
+            run.result.pop("results")  # compared: the checker's memory does not grow with every run's values
         allowance = first_step_allowance(lab, originals)
         report.timings["original"] = [counted_step_s(o, allowance) for o in originals]
         report.timings["learner"] = [counted_step_s(o, allowance) for o in learners]

@@ -1,20 +1,26 @@
 """The ``proflab`` command: list, run, check, hint, reset, tensorboard, data, quickstart.
 
 Exit codes: 0 success (a check passed), 1 a check failed or a run broke,
-2 a usage error, 3 the kit could not grade (an edited original, a broken
-machine), 4 too noisy to call (the speed-up's interval straddles the
-threshold even after extra rounds), 130 interrupted.
+2 a usage error, 3 the kit could not do its work (an edited original, a
+broken lab manifest, a full disk, a read-only folder: never the learner's
+failure), 4 too noisy to call (the speed-up's interval straddles the
+threshold even after extra rounds), 130 interrupted (Ctrl-C, SIGTERM, or the
+terminal closing).
 
-``proflab grade`` exits 0 when it graded the folder, whatever the learners'
-verdicts (they are in its output), 2 on a usage error (no such folder,
-nothing in it to grade), 3 when the kit could grade no submission at all.
+``proflab grade`` exits 0 when it graded every submission, whatever the
+learners' verdicts (they are in its output), 2 on a usage error (no such
+folder, nothing in it to grade, outputs inside the class folder), 3 when the
+kit could not grade some submission (each is listed as "not graded", with no
+points, never 0), 130 when interrupted (the outputs then hold the verdicts
+made, marked partial; ``--resume`` grades the rest).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import math
 import os
-import shutil
 import signal
 import sys
 from contextlib import contextmanager
@@ -25,7 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__, checks, execute, labs, paths, progress, report, summaries, tensorboard
+from . import __version__, checks, errors, execute, labs, paths, processes, progress, report, summaries, tensorboard, traces
 
 USAGE_ERROR = 2
 out = Console(highlight=False)
@@ -44,7 +50,10 @@ def _lab(name: str) -> labs.Lab:
     except labs.LabNotFound as e:
         raise UsageError(str(e)) from None
     except labs.ManifestError as e:
-        raise UsageError(f"a lab manifest is broken: {e}") from None
+        # The kit's mistake, not a usage error: exit 3, as when the kit cannot grade.
+        problems = str(e).splitlines()
+        said = problems[0] if len(problems) == 1 else "\n" + "\n".join(f"  {line}" for line in problems)
+        raise errors.KitError(f"a lab manifest is broken: {said}") from None
 
 
 def _lab_and_file(target: str, file: str | None, version: str = "exercise") -> tuple[labs.Lab, Path]:
@@ -54,6 +63,8 @@ def _lab_and_file(target: str, file: str | None, version: str = "exercise") -> t
         if not as_path.is_file():
             raise UsageError(f"{target}: no such file")
         lab = labs.find_by_file(as_path)
+        if lab is None and (as_path.resolve().parent / "lab.toml").is_file():
+            lab = _lab(as_path.resolve().parent.name)  # a lab whose manifest is broken says so
         if lab is None:
             raise UsageError(f"{target} is not inside a lab folder; name the lab: proflab run LAB --file {target}")
         return lab, as_path.resolve()
@@ -63,7 +74,11 @@ def _lab_and_file(target: str, file: str | None, version: str = "exercise") -> t
         if not path.is_file():
             raise UsageError(f"{file}: no such file")
         return lab, path.resolve()
-    return lab, {"exercise": lab.exercise, "original": lab.original, "solution": lab.solution}[version]
+    chosen = {"exercise": lab.exercise, "original": lab.original, "solution": lab.solution}[version]
+    if chosen.is_dir():
+        raise errors.KitError(f"{paths.display(chosen)} is a folder, not a file: move it aside, then "
+                              f"`proflab reset {lab.number}` restores the exercise")
+    return lab, chosen
 
 
 def _audited() -> bool:
@@ -101,14 +116,24 @@ def cmd_list(args) -> int:
     for col in ("#", "lab", "title", "status"):
         table.add_column(col)
     style = {progress.PASSED: "green", progress.FAILING: "red", progress.NOT_STARTED: "dim"}
-    found = labs.discover()
-    if not found:
+    found, broken = labs.discover_all()
+    if not found and not broken:
         raise UsageError(f"no labs found under {paths.labs_dir()}")
-    for lab in found:
+    rows = [(lab.number, 0, lab) for lab in found] + [(b.number if b.number is not None else 1 << 30, 1, b)
+                                                      for b in broken]
+    for _, _, lab in sorted(rows, key=lambda row: row[:2]):
+        if isinstance(lab, labs.BrokenLab):
+            table.add_row("?" if lab.number is None else str(lab.number), escape(lab.folder.name),
+                          f"[red]its manifest is broken:[/]\n[red]{escape(lab.message)}[/]",
+                          "[red]broken[/]")
+            continue
         status = progress.status(lab.name)
         table.add_row(str(lab.number), lab.name, f"{lab.title}\n[dim]{escape(lab.summary)}[/]",
                       f"[{style[status]}]{status}[/]")
     out.print(table)
+    if not found:
+        err.print("[red]proflab:[/] no lab's manifest loads; fix the lab.toml files above")
+        return 3
     out.print("\n[dim]Start with:[/] proflab run 1   [dim]then[/] proflab check 1")
     return 0
 
@@ -120,12 +145,20 @@ def cmd_run(args) -> int:
     lab, file = _lab_and_file(args.lab, args.file, args.version)
     label = _label(lab, file)
     w = lab.workload
-    folder = checks.fresh_trace_dir(lab, label)
     with _status(f"Profiling {file.name}: {w.warmup_steps} warm-up, {w.timed_steps} timed, "
-                 f"{w.profile_steps} profiled steps…"):
-        outcome = execute.run(lab, file, label, device=args.device, trace_dir=folder, table=True,
+                 f"{w.profile_steps} profiled steps…"), checks.workspace("run-") as work:
+        copy = checks.snapshot(file, work / "file")  # what is profiled, even if the file is saved meanwhile
+        outcome = execute.run(lab, copy, label, device=args.device, trace_dir=work / "trace", table=True,
                               record_shapes=args.record_shapes, profile_memory=args.profile_memory,
-                              with_stack=args.with_stack, timeout_s=args.timeout)
+                              with_stack=args.with_stack, timeout_s=args.timeout, workdir=file.parent,
+                              shown_as=file)
+        for key in ("traceback", "message", "file"):
+            if isinstance(outcome.result.get(key), str):
+                outcome.result[key] = outcome.result[key].replace(str(copy), str(file))
+        if outcome.ok and outcome.result.get("trace"):
+            outcome.result["trace"] = str(traces.publish(outcome.result["trace"], checks.trace_dir(lab, label)))
+    if outcome.status == "kit":
+        raise errors.KitError(outcome.result["message"])
     printed = outcome.stdout.rstrip().splitlines()
     if printed:
         hidden = len(printed) - PRINTED_LINES_SHOWN
@@ -134,13 +167,13 @@ def cmd_run(args) -> int:
     if not outcome.ok:
         check = checks.Check("runs", "It runs", "")
         checks.runtime_failure(check, outcome, lab, args.timeout or w.timeout_s)
-        err.print(f"[red]✗[/] {escape(check.rationale)}")
+        err.print(f"[red]✗[/] {report.shown(check.rationale)}")
         for line in check.details:
-            err.print(f"  [dim]{escape(line)}[/]")
+            err.print(f"  [dim]{report.shown(line)}[/]")
         if check.actual:
-            err.print(f"  {escape(check.actual)}")
+            err.print(f"  {report.shown(check.actual)}")
         if args.verbose and outcome.result.get("traceback"):
-            err.print(escape(outcome.result["traceback"]))
+            err.print(report.shown(outcome.result["traceback"]))
         elif outcome.result.get("traceback"):
             err.print("  [dim](--verbose shows the full traceback)[/]")
         return 1
@@ -155,7 +188,8 @@ def cmd_run(args) -> int:
     out.print(f"Step time over {len(times)} timed steps: mean {r['mean_step_s'] * 1000:.1f} ms, "
               f"median {times[len(times) // 2] * 1000:.1f} ms (profiler off while timing)")
     _summaries(lambda: summaries.write_step_times(lab, label, r["step_times"]))
-    progress.remember_run(lab.slug, label)
+    progress.safely(lambda: progress.remember_run(lab.slug, label),
+                    "the run was not remembered for proflab tensorboard")
     if r.get("trace"):
         size = Path(r["trace"]).stat().st_size / 1e6
         out.print(f"Trace: {escape(paths.display(r['trace']))} ({size:.1f} MB)")
@@ -169,13 +203,15 @@ def cmd_check(args) -> int:
     with _status(f"Checking {file.name} against the original…", enabled=True) as update:
         result = checks.check(lab, file, label=label, device=args.device, rounds=args.rounds,
                               timeout_s=args.timeout, on_progress=update, audited=_audited())
-    if label == "yours" and result.verdict in (checks.PASSED, checks.FAILED):
-        progress.record_check(lab.name, result.verdict == checks.PASSED,
-                              (result.comparison or {}).get("speedup"), result.device)
+    if label == "yours" and result.verdict in (checks.PASSED, checks.FAILED):  # failing to record never loses it
+        progress.safely(lambda: progress.record_check(lab.name, result.verdict == checks.PASSED,
+                                                      (result.comparison or {}).get("speedup"), result.device),
+                        "your progress was not recorded (the verdict below stands)")
     if not result.error and result.step_times["learner"]:
         with _status("Writing TensorBoard summaries…"):
             _summaries(lambda: summaries.write_check(lab, result))
-        progress.remember_run(lab.slug, label)
+        progress.safely(lambda: progress.remember_run(lab.slug, label),
+                        "the run was not remembered for proflab tensorboard")
     if args.json:
         print(report.to_json(result))
     else:
@@ -209,78 +245,195 @@ def cmd_hint(args) -> int:
 
 
 def cmd_reset(args) -> int:
+    """Restore the exercise, after a verified backup of the learner's version; exit 3, touching nothing,
+    when that backup or the restore cannot be made (a full disk, a read-only folder)."""
+    import tempfile
+
+    from . import atomic
+
     lab = _lab(args.lab)
-    if lab.exercise.exists() and lab.exercise.read_bytes() == lab.original.read_bytes():
-        out.print(f"{paths.display(lab.exercise)} is already untouched; nothing to do.")
+    exercise, shown = lab.exercise, escape(paths.display(lab.exercise))
+
+    def cannot(message: str) -> int:
+        err.print(f"[red]proflab:[/] {message}", soft_wrap=True)
+        return 3
+
+    def why(e: OSError) -> str:
+        return escape(e.strerror or str(e))
+
+    if exercise.is_dir():
+        return cannot(f"{shown} is a folder, not a file, so there is no exercise to restore; it is left as it is: "
+                      f"move it away (it may hold your work), then run `proflab reset {lab.number}` again")
+    try:
+        original = lab.original.read_bytes()
+        intact = lab.original_is_intact()
+    except OSError as e:
+        return cannot(f"cannot read {escape(paths.display(lab.original))}: {why(e)}; nothing was changed")
+    try:
+        mine = exercise.read_bytes() if exercise.exists() else None
+    except OSError as e:
+        return cannot(f"cannot read {shown}: {why(e)}; it is left as it is")
+    if mine == original:
+        out.print(f"{paths.display(exercise)} is already untouched; nothing to do.")
         return 0
-    if not lab.original_is_intact():
+    if not intact:
         raise UsageError(f"{paths.display(lab.original)} was edited too, so it cannot restore the exercise; "
                          f"restore it first (git checkout -- {paths.display(lab.original)})")
+    try:  # a folder the restore cannot write to: say so before any backup is made
+        fd, probe = tempfile.mkstemp(prefix=".proflab-reset-", dir=exercise.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return cannot(f"cannot restore {shown}: its folder {escape(paths.display(exercise.parent))} is not "
+                      f"writable ({why(e)}); your version is left as it is")
     backup = None
-    if lab.exercise.exists():
+    if mine is not None:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-        backup = paths.state_dir() / "backups" / lab.slug / f"{lab.exercise.stem}-{stamp}.py"
-        backup.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(lab.exercise, backup)
-    from .atomic import write_text
-
-    write_text(lab.exercise, lab.original.read_text(encoding="utf-8"))
-    out.print(f"Restored {paths.display(lab.exercise)} to the original.")
+        backup = paths.state_dir() / "backups" / lab.slug / f"{exercise.stem}-{stamp}.py"
+        try:
+            backup.parent.mkdir(parents=True, exist_ok=True)
+            atomic.write_verified(backup, mine, like=exercise)  # read back and compared byte for byte
+        except OSError as e:
+            return cannot(f"could not back up {shown} to {escape(paths.display(backup))}: {why(e)}; "
+                          "nothing was restored, your version is left as it is")
+        try:
+            changed = exercise.read_bytes() != mine
+        except OSError as e:
+            return cannot(f"cannot read {shown} again: {why(e)}; nothing was restored (a copy is in "
+                          f"{escape(paths.display(backup))})")
+        if changed:
+            return cannot(f"{shown} changed while it was backed up; nothing was restored (the copy made is in "
+                          f"{escape(paths.display(backup))}): run `proflab reset {lab.number}` again")
+    try:
+        atomic.write_text(exercise, original.decode("utf-8"))
+    except OSError as e:
+        kept = f" (a copy of it is in {escape(paths.display(backup))})" if backup else ""
+        return cannot(f"could not restore {shown}: {why(e)}; your version is left as it is{kept}")
+    out.print(f"Restored {paths.display(exercise)} to the original.")
     if backup:
         out.print(f"Your version is kept in {paths.display(backup)}")
     return 0
 
 
 def cmd_tensorboard(args) -> int:
+    """Serve the runs folder until Ctrl-C, SIGTERM or the terminal closing; exit 3 if TensorBoard stops by itself.
+
+    Whatever happens once the server is up, its whole process group is stopped
+    before this returns, and nothing here depends on printing succeeding.
+    """
+
+    def say(console: Console, text: str, **kwargs) -> None:
+        """A line that may have nowhere to go (the terminal was closed): never an error of its own."""
+        if console.quiet:
+            return
+        try:
+            console.print(text, **kwargs)
+        except (OSError, ValueError, SystemExit):  # rich turns a broken pipe into SystemExit
+            console.quiet = True
+            try:  # what is still buffered is flushed to /dev/null at exit, not to a dead pipe
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, console.file.fileno())
+                os.close(devnull)
+            except (OSError, ValueError, AttributeError):
+                pass
+
     logdir = Path(args.logdir) if args.logdir else paths.runs_dir()
+    if logdir.exists() and not logdir.is_dir():
+        raise UsageError(f"--logdir {paths.display(logdir)} is a file, not a folder: name the folder to serve")
     with _status("Starting TensorBoard…"):
         try:
             proc = tensorboard.start(logdir, host=args.host, port=args.port)
+        except tensorboard.BadOption as e:
+            raise UsageError(str(e)) from None
         except tensorboard.ServerError as e:
-            err.print(f"[red]✗[/] {escape(str(e))}")
+            say(err, f"[red]✗[/] {escape(str(e))}")
             return 1
-    out.print(f"TensorBoard is serving {escape(paths.display(logdir))} at [bold]{tensorboard.url(args.host, args.port)}[/]")
-    for line in _what_to_open(logdir):
-        out.print(line)
-    out.print("[dim]Press Ctrl-C to stop.[/]")
+    ended = None
     try:
-        proc.wait()
-    except KeyboardInterrupt:
+        say(out, f"TensorBoard is serving {escape(paths.display(logdir))} at "
+                 f"[bold]{tensorboard.url(args.host, args.port)}[/]")
+        for line in _what_to_open(logdir):
+            say(out, line)
+        say(out, "[dim]Press Ctrl-C to stop.[/]")
+        ended = proc.wait()  # returns only when TensorBoard stops by itself (or is killed from outside)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP
         pass
     finally:
-        tensorboard.stop(proc)
-    out.print("TensorBoard stopped.")
+        while True:  # the whole group, even when another Ctrl-C arrives as this begins
+            try:
+                left = tensorboard.stop(proc)
+                break
+            except KeyboardInterrupt:  # held back during the stop and delivered after it: nothing is left
+                continue
+    if left:
+        say(err, f"[yellow]![/] TensorBoard's processes {', '.join(map(str, left))} could not be killed",
+            soft_wrap=True)
+    if ended is not None:
+        say(err, f"[red]✗[/] TensorBoard stopped unexpectedly: it {tensorboard.how_it_ended(ended)} "
+                 f"(its log: {escape(paths.display(tensorboard.log_path()))})", soft_wrap=True)
+        return 3  # the kit's failure
+    say(out, "TensorBoard stopped.")
     return 0
 
 
 def _what_to_open(logdir: Path) -> list[str]:
-    """Point at the run the learner just made, and at what to compare it with."""
-    last = progress.last_run()
-    if last and (logdir / last["lab"] / last["run"]).is_dir():
-        run = f"{last['lab']}/{last['run']}"
-    else:
-        traces = sorted(logdir.glob("*/*/*.pt.trace.json*"), key=lambda p: p.stat().st_mtime)
-        if not traces:
-            return ["[dim]No runs yet: `proflab run 1` writes the first one.[/]"]
-        run = f"{traces[-1].parent.parent.name}/{traces[-1].parent.name}"
-    original = f"{run.split('/')[0]}/original"
-    lines = [f"Open first: the [bold]Trace timeline[/] tab, run [bold]{escape(run)}[/]"]
-    if run != original and (logdir / original).is_dir():
-        lines.append(f"  then the same tab on run [bold]{escape(original)}[/] to compare")
-    lines.append(f"  Scalars › {summaries.STEP_TIME} · Text › {summaries.REPORT} · Images › {summaries.WHERE}")
-    lines.append("  [dim]All of these work offline. The PyTorch Profiler tab's charts and Trace view "
-                 "need the internet.[/]")
-    return lines
+    """Point at the run the learner just made, and at what to compare it with.
+
+    Odd state (a last run without its lab, a progress file of another shape, a
+    folder that cannot be read, a trace deleted meanwhile) never stops the
+    server: a generic line is shown instead.
+    """
+    tabs = [f"  Scalars › {summaries.STEP_TIME} · Text › {summaries.REPORT} · Images › {summaries.WHERE}",
+            "  [dim]All of these work offline. The PyTorch Profiler tab's charts and Trace view "
+            "need the internet.[/]"]
+    generic = ["Open first: the [bold]Trace timeline[/] tab on your newest run, then on its lab's "
+               "[bold]original[/] run to compare", *tabs]
+    try:
+        if not os.access(logdir, os.R_OK | os.X_OK):
+            return generic
+        run = None
+        last = progress.last_run()
+        if isinstance(last, dict) and all(isinstance(last.get(key), str) and last[key] for key in ("lab", "run")) \
+                and (logdir / last["lab"] / last["run"]).is_dir():
+            run = f"{last['lab']}/{last['run']}"
+        if run is None:
+            newest = None
+            for trace in logdir.glob("*/*/*.pt.trace.json*"):
+                try:
+                    mtime = trace.stat().st_mtime
+                except OSError:  # gone meanwhile, a broken link
+                    continue
+                if newest is None or mtime > newest[0]:
+                    newest = (mtime, trace)
+            if newest is None:
+                return ["[dim]No runs yet: `proflab run 1` writes the first one.[/]"]
+            run = f"{newest[1].parent.parent.name}/{newest[1].parent.name}"
+        original = f"{run.split('/')[0]}/original"
+        lines = [f"Open first: the [bold]Trace timeline[/] tab, run [bold]{escape(run)}[/]"]
+        if run != original and (logdir / original).is_dir():
+            lines.append(f"  then the same tab on run [bold]{escape(original)}[/] to compare")
+        return lines + tabs
+    except Exception:  # never worth the server: it is up, say something useful anyway
+        return generic
 
 
 def cmd_data(args) -> int:
-    from .labkit import prepare_all
+    """Every lab's data ready (rebuilt where a folder is incomplete); exit 3 when one cannot be."""
+    from .labkit import DataError, prepare_all
 
-    with _status("Preparing lab data…"):
-        done = prepare_all(paths.data_dir())
-    for line in done:
-        out.print(line)
-    return 0
+    verify = getattr(args, "verify", False)
+    with _status("Verifying lab data…" if verify else "Preparing lab data…") as update:
+        try:
+            done = prepare_all(paths.data_dir(), verify=verify, on_progress=update)
+        except DataError as e:
+            err.print(f"[red]proflab:[/] {escape(str(e))}")
+            return 3
+    for item in done:
+        if item.ok:
+            out.print(escape(item.message), soft_wrap=True)
+        else:
+            err.print(f"[red]✗[/] {escape(item.message)}", soft_wrap=True)
+    return 0 if all(item.ok for item in done) else 3
 
 
 def cmd_grade(args) -> int:
@@ -301,23 +454,48 @@ def cmd_grade(args) -> int:
         return 3
     except (labs.LabNotFound, grade.GradeError) as e:
         raise UsageError(str(e)) from None
-    with _status(f"Grading {len(found.submissions)} submissions, one at a time…") as update:
+    if not found.submissions:
+        failed = grade_formats.write(args.format, grade.grade(found), args.out, args.json_out)
+        raise UsageError(f"nothing to grade in {args.folder}: no file there names a lab")
+    from .journal import Journal, JournalError, location
+
+    where = location(Path(args.folder), args.out, args.json_out)
+    header = {"folder": str(Path(args.folder).resolve()), "lab": only.number if only else None,
+              "device": args.device, "rounds": args.rounds, "timeout": args.timeout}
+    try:
+        journal = Journal.begin(where, header, resume=args.resume, restart=args.restart)
+    except JournalError as e:
+        raise UsageError(str(e)) from None
+    done = sum(journal.done(sub.shown, sub.path) is not None for sub in found.submissions)
+    if done:
+        err.print(f"Resuming: {done} of {len(found.submissions)} verdicts are taken from "
+                  f"{escape(paths.display(where))}; grading the other {len(found.submissions) - done}.")
+    else:
+        err.print(f"[dim]Each verdict is saved in {escape(paths.display(where))} as it is made; if the grading "
+                  "stops, run the same command with --resume.[/]")
+    with _status(f"Grading {len(found.submissions) - done} submissions, one at a time…") as update:
         shown = grade_formats.Progress(err, update, verbose=args.verbose)
         result = grade.grade(found, device=args.device, rounds=args.rounds, timeout_s=args.timeout,
-                             on_start=shown.start, on_progress=shown.step, on_done=shown.done)
-    failed = grade_formats.write(args.format, result, args.out, args.json_out)
-    err.print(grade_formats.summary(result, *(p if p not in failed else None for p in (args.out, args.json_out))))
-    if not found.submissions:
-        raise UsageError(f"nothing to grade in {args.folder}: no file there names a lab")
+                             on_start=shown.start, on_progress=shown.step, on_done=shown.done, journal=journal)
+    with processes.shielded():  # the outputs are written whole, even on a second Ctrl-C
+        failed = grade_formats.write(args.format, result, args.out, args.json_out)
+        _say(err, grade_formats.summary(result, *(p if p not in failed else None
+                                                  for p in (args.out, args.json_out))))
+        if not result.partial and not failed:
+            journal.remove()
+    if result.partial:
+        return 130
     if failed:
         raise UsageError("; ".join(failed.values()))
-    return 0 if result.graded_any else 3
+    return KIT_ERROR if result.not_graded or any(s.kit for s in result.skipped) else 0
 
 
 def cmd_quickstart(args) -> int:
     lab = _lab("1")
     out.print(f"[bold]proflab {__version__}[/] · profiling lab 1's slow pipeline and its reference fix.\n")
-    cmd_data(args)
+    args.verify = False
+    if cmd_data(args) != 0:
+        return KIT_ERROR  # what is wrong with the data is printed above
     args.lab, args.file = "1", str(lab.solution)
     code = cmd_check(args)
     out.print(f"\nNext: [bold]proflab list[/], then [bold]proflab run 1[/] and [bold]proflab check 1[/] "
@@ -327,6 +505,27 @@ def cmd_quickstart(args) -> int:
 
 # --- parser ------------------------------------------------------------------
 
+def _seconds(text: str) -> float:
+    """A time limit: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}': give a time limit above 0 seconds, like 120")
+    return value
+
+
+def _rounds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of rounds") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"'{text}': give 1 round or more")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="proflab", description="Learn torch.profiler by fixing slow pipelines.")
     p.add_argument("--version", action="version", version=f"proflab {__version__}")
@@ -335,7 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     def device(sp):
         sp.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                         help="where the pipeline runs (default: cuda if available, else cpu)")
-        sp.add_argument("--timeout", type=float, default=None, metavar="S",
+        sp.add_argument("--timeout", type=_seconds, default=None, metavar="S",
                         help="time limit per run in seconds (default: the lab's)")
         sp.add_argument("--verbose", action="store_true", help="show full tracebacks and program output")
 
@@ -357,7 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("lab", help="lab number or name")
     sp.add_argument("--file", help="grade this file instead of the lab's exercise")
     sp.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    sp.add_argument("--rounds", type=int, default=None, help="paired rounds of runs (default: the lab's)")
+    sp.add_argument("--rounds", type=_rounds, default=None, help="paired rounds of runs (default: the lab's)")
     device(sp)
     sp.set_defaults(func=cmd_check)
 
@@ -371,12 +570,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_reset)
 
     sp = sub.add_parser("tensorboard", help="serve the runs folder in TensorBoard")
-    sp.add_argument("--port", type=int, default=6006)
-    sp.add_argument("--host", default="127.0.0.1")
+    sp.add_argument("--port", type=tensorboard.port_number, default=6006, help="port to serve on, 1-65535 "
+                    "(default: 6006)")
+    sp.add_argument("--host", default="127.0.0.1", help="address to serve on: 127.0.0.1 (default, this "
+                    "machine only) or 0.0.0.0 (every network interface)")
     sp.add_argument("--logdir", help="folder to serve (default: runs/)")
     sp.set_defaults(func=cmd_tensorboard)
 
     sp = sub.add_parser("data", help="prepare every lab's data under data/")
+    sp.add_argument("--verify", action="store_true",
+                    help="also check every file's sha256 against its folder's READY (for a copy of data/ "
+                         "from another machine); what is wrong is rebuilt")
     sp.set_defaults(func=cmd_data)
 
     sp = sub.add_parser("grade", help="grade a folder of submissions, one at a time (JSON, JUnit XML, Gradescope)")
@@ -389,7 +593,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", metavar="PATH", help="write it to this file (default: stdout)")
     sp.add_argument("--json-out", metavar="PATH", help="also write the full JSON record to this file")
     sp.add_argument("--lab", help="grade only this lab's files; then exercise.py is this lab's too")
-    sp.add_argument("--rounds", type=int, default=None, help="paired rounds of runs (default: the lab's)")
+    again = sp.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="finish an interrupted grading: keep the verdicts it made, grade the rest")
+    again.add_argument("--restart", action="store_true",
+                       help="grade everything again, discarding an interrupted grading's verdicts")
+    sp.add_argument("--rounds", type=_rounds, default=None, help="paired rounds of runs (default: the lab's)")
     device(sp)
     sp.set_defaults(func=cmd_grade)
 
@@ -401,25 +610,60 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+KIT_ERROR = 3
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _say(console: Console, text: str) -> None:
+    """A last line that may have nowhere to go (the terminal was closed): never an error of its own."""
+    try:
+        console.print(text)
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command; as the program itself (``proflab``), a signal that arrives once it is done is ignored."""
+    try:
+        code = _main(argv)
+    except KeyboardInterrupt:  # a second Ctrl-C while the first was being reported: all is stopped already
+        code = 130
+    if argv is None:  # the program: its work is done and everything stopped; a late Ctrl-C changes nothing
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+    return code
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return USAGE_ERROR
-    signal.signal(signal.SIGTERM, _interrupt)  # a kill stops children as cleanly as Ctrl-C does
+    # A kill, or the terminal closing, stops children as cleanly as Ctrl-C does.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     try:
         return args.func(args)
     except UsageError as e:
-        err.print(f"[red]proflab:[/] {escape(str(e))}")
+        _say(err, f"[red]proflab:[/] {escape(str(e))}")
         return USAGE_ERROR
+    except (errors.KitError, checks.NotGraded) as e:
+        _say(err, f"[red]proflab:[/] {escape(str(e))} (the kit's or the machine's failure, not your code's)")
+        return KIT_ERROR
+    except OSError as e:  # the kit's own files: a read-only folder, a full disk
+        _say(err, f"[red]proflab:[/] {escape(errors.describe(e, 'write' if e.errno in _WRITING else 'read'))}. "
+                  "Check that the kit's folder is writable and the disk not full; your work is as it was.")
+        return KIT_ERROR
     except KeyboardInterrupt:
-        err.print("\nInterrupted.")
+        _say(err, "\nInterrupted.")
         return 130
+
+
+_WRITING = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EISDIR}
 
 
 if __name__ == "__main__":

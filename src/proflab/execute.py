@@ -36,10 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import labs, paths, quiet, storage
+from . import errors, labs, paths, processes, quiet, storage
 
 OUTPUT_TAIL_CHARS = 4000
 POLL_S = 0.25  # how often a running lab's memory is looked at
+# The values a run's steps yield, as its result file holds them: the checker reads no more than this.
+RESULT_MAX_BYTES = 64 * 1024 * 1024
 # The window the runner reports may be shorter than the one seen from here by
 # scheduling jitter only: a quarter, and 20 ms, is far beyond that.
 CLOCK_SLACK = 0.75
@@ -91,17 +93,12 @@ def _tail(path: Path) -> str:
     return ("…\n" + text) if size > OUTPUT_TAIL_CHARS else text
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=3)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def _stop(proc: subprocess.Popen, tree: processes.Tree) -> None:
+    """Stop the run and every process it started, wherever they moved; a second Ctrl-C (or a
+    SIGTERM, a SIGHUP) arrives once nothing is left running."""
+    with processes.shielded():
+        tree.kill()
+        proc.wait()
 
 
 def run(
@@ -119,17 +116,29 @@ def run(
     timeout_s: float | None = None,
     steps: dict[str, int] | None = None,
     checking: bool = False,
+    workdir: Path | None = None,
+    shown_as: Path | None = None,
 ) -> Outcome:
-    """Run ``file`` (a version of ``lab``) once in a fresh subprocess.
+    """Run ``file`` (a version of ``lab``) once in a fresh subprocess, in ``workdir`` (default: the file's folder).
+
+    ``shown_as``: the learner's own file, when ``file`` is the checker's
+    snapshot of it; the lab module's ``__file__`` is then that path.
 
     ``checking``: a run the checker grades; its profiled steps then also
     record shapes (for the work floor) and operators on every thread.
+    Raises ``errors.KitError`` when the kit cannot set the run up (a full
+    disk, an unwritable ``.proflab/``); an outcome with status "kit" is a run
+    that failed while the disk it writes to was full.
     """
     w = lab.workload
-    scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_dir()))
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_dir()))
+    except OSError as e:
+        raise errors.KitError(errors.describe(e, "make a scratch folder in")) from None
     result_path = scratch / "result.json"
     spec = {
         "file": str(file.resolve()),
+        "shown_as": str(shown_as.resolve()) if shown_as else None,
         "device": device,
         "batch_size": w.batch_size,
         "seed": w.seed,
@@ -142,7 +151,6 @@ def run(
         "trace_dir": str(trace_dir) if trace_dir else None,
         "worker_name": version,
         "table": table,
-        "record_shapes": record_shapes,
         "profile_memory": profile_memory,
         "with_stack": with_stack,
         "profile_mode": profile_mode,
@@ -163,7 +171,7 @@ def run(
             env[storage.ENV_VAR] = service.address
         outcome = _run_in(scratch, spec, file, version, env=env,
                           limit=timeout_s if timeout_s is not None else w.timeout_s, memory_mb=w.memory_mb,
-                          background_allowed=w.background_workers)
+                          background_allowed=w.background_workers, workdir=workdir or file.resolve().parent)
         if service is not None:
             service.close()
             _check_storage(outcome, service.reads, w.batch_size)
@@ -201,26 +209,35 @@ def _check_storage(outcome: Outcome, reads: list[storage.Read], batch_size: int)
 
 
 def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: dict[str, str],
-            limit: float, memory_mb: float = 8192.0, background_allowed: bool = True) -> Outcome:
+            limit: float, memory_mb: float = 8192.0, background_allowed: bool = True,
+            workdir: Path | None = None) -> Outcome:
     read_end, write_end = os.pipe()
     spec["mark_fd"] = write_end
-    (scratch / "spec.json").write_text(json.dumps(spec))
+    try:
+        (scratch / "spec.json").write_text(json.dumps(spec))
+        out_file, err_file = open(scratch / "stdout.txt", "wb"), open(scratch / "stderr.txt", "wb")
+    except OSError as e:
+        os.close(read_end)
+        os.close(write_end)
+        raise errors.KitError(errors.describe(e, "write")) from None
     result_path = Path(spec["result_path"])
     out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
     marks = Marks()
-    child: dict[str, int] = {}
+    child: dict[str, processes.Tree] = {}
     reader = threading.Thread(target=_read_marks, args=(read_end, marks, child), daemon=True)
+    processes.become_subreaper()  # what the run starts and orphans is re-parented here, not to init
+    others = processes.children_of_mine()
     started = time.perf_counter()
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+    with out_file as out, err_file as err:
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "proflab.runner", str(scratch / "spec.json")],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=file.resolve().parent, env=env,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=workdir, env=env,
                 start_new_session=True, pass_fds=(write_end,),
             )
         finally:
             os.close(write_end)
-        child["pid"] = proc.pid
+        tree = child["tree"] = processes.Tree(proc.pid, others)
         reader.start()
         stopped, peak_mb = "", 0.0
         try:
@@ -228,7 +245,7 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
                 if time.perf_counter() - started > limit:
                     stopped = "timeout"
                     break
-                peak_mb = max(peak_mb, _group_memory_mb(proc.pid, memory_mb))
+                peak_mb = max(peak_mb, _memory_mb(tree.scan(), memory_mb))
                 if peak_mb > memory_mb:
                     stopped = "memory"
                     break
@@ -236,8 +253,8 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
                     proc.wait(timeout=POLL_S)
                 except subprocess.TimeoutExpired:
                     pass
-        finally:  # also on Ctrl-C: stop the run and any stray workers or threads it left
-            _kill_group(proc)
+        finally:  # also on Ctrl-C: stop the run and every process it started, wherever it moved
+            _stop(proc, tree)
             reader.join(timeout=5)
     outcome = Outcome(version=version, file=file, status="", wall_s=time.perf_counter() - started,
                       returncode=proc.returncode, stdout=_tail(out_path), stderr=_tail(err_path))
@@ -248,11 +265,18 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
         outcome.status = "error"
         outcome.result = {"kind": "memory", "message": f"used more than {memory_mb:.0f} MB of memory "
                           f"({peak_mb:.0f} MB, counting every process it started), and was stopped"}
+    elif result_path.exists() and result_path.stat().st_size > RESULT_MAX_BYTES:
+        outcome.status = "error"
+        outcome.result = {"kind": "too_much", "message": (
+            f"its steps yielded {result_path.stat().st_size / 1e6:.0f} MB of values, more than the "
+            f"{RESULT_MAX_BYTES / 1e6:.0f} MB the checker compares: yield what the original yields")}
     elif result_path.exists():
         try:
             outcome.result = json.loads(result_path.read_text())
         except (OSError, ValueError):
             outcome.result = {"status": "error", "kind": "crash", "message": "its result file is not valid JSON"}
+        if not isinstance(outcome.result, dict):
+            outcome.result = {"status": "error", "kind": "crash", "message": "its result file is not a result"}
         outcome.status = "ok" if outcome.result.get("status") == "ok" else "error"
         if outcome.ok:
             _from_outside(outcome, marks, spec, background_allowed)
@@ -261,6 +285,12 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
     else:
         outcome.status = "crash"
         outcome.result = {"kind": "crash", "message": _crash_message(proc.returncode)}
+    if not outcome.ok and (full := errors.low_disk(scratch, spec.get("trace_dir"))):
+        outcome.status = "kit"  # it may have failed for the disk, not for its code: not the learner's failure
+        outcome.result = {"kind": "disk", "message": full}
+    for key in ("message", "traceback", "code", "file"):  # shown to the learner: no terminal escapes
+        if isinstance(outcome.result.get(key), str):
+            outcome.result[key] = quiet.printable(outcome.result[key])
     return outcome
 
 
@@ -279,8 +309,8 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
                 while len(digest) < 64 and (more := pipe.read(64 - len(digest))):
                     digest += more
                 marks.trace_sha256 = digest.decode("latin-1") if marks.trace_sha256 is None else "twice"
-            elif code in ("S", "E") and "pid" in child:
-                marks.cpu[code] = _cpu_by_task(child["pid"])
+            elif code in ("S", "E") and "tree" in child:
+                marks.cpu[code] = _cpu_by_task(child["tree"])
             marks.stamps.append((code, now))
 
 
@@ -425,9 +455,10 @@ def _busy_beside(marks: Marks, window_s: float) -> str:
     return ""
 
 
-def _cpu_by_task(pid: int) -> dict[str, float]:
-    """CPU seconds used so far by each thread of ``pid`` ("main" for the one running the steps) and each
-    other process of its group ("proc:PID"), from /proc; empty where there is no /proc."""
+def _cpu_by_task(tree: processes.Tree) -> dict[str, float]:
+    """CPU seconds used so far by each thread of the run's process ("main" for the one running the steps)
+    and each other process it started ("proc:PID"), from /proc; empty where there is no /proc."""
+    pid = tree.root
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     used: dict[str, float] = {}
 
@@ -446,7 +477,7 @@ def _cpu_by_task(pid: int) -> dict[str, float]:
         cpu = cpu_of(f"/proc/{pid}/task/{tid}/stat")
         if cpu is not None:
             used["main" if int(tid) == pid else f"tid {tid}"] = cpu
-    for other in _group_members(pid):
+    for other in tree.scan():
         if other != pid:
             cpu = cpu_of(f"/proc/{other}/stat")
             if cpu is not None:
@@ -454,25 +485,8 @@ def _cpu_by_task(pid: int) -> dict[str, float]:
     return used
 
 
-def _group_members(pgid: int) -> list[int]:
-    members = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return members
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
-                members.append(int(entry))
-        except (OSError, ValueError, IndexError):
-            continue
-    return members
-
-
-def _group_memory_mb(pgid: int, limit_mb: float = float("inf")) -> float:
-    """Memory of every process in a process group as the machine pays for it, in MB (Linux; 0 elsewhere).
+def _memory_mb(members: list[int], limit_mb: float = float("inf")) -> float:
+    """Memory of the run's processes as the machine pays for it, in MB (Linux; 0 elsewhere).
 
     Proportional set size (PSS, from /proc/PID/smaps_rollup): a page shared by
     N processes counts 1/N in each, so forked DataLoader workers, which share
@@ -481,7 +495,6 @@ def _group_memory_mb(pgid: int, limit_mb: float = float("inf")) -> float:
     smaps_rollup walks a process's page tables, so it is read only once the
     resident memory, which is never less, is past ``limit_mb``.
     """
-    members = _group_members(pgid)
     rss_kb = sum(_kb(f"/proc/{pid}/status", "VmRSS:") or 0 for pid in members)
     if rss_kb <= limit_mb * 1024:  # PSS is never more than RSS: the cheap figure settles it
         return rss_kb / 1024

@@ -16,24 +16,25 @@ with the reason, and never stops the grading.
 
 Every submission goes through ``checks.check``, the function behind
 ``proflab check``, one after another, never two at once: they are timed.
-Each is graded from a copy in a scratch folder, so the learner's file is
-never written to, and what the program writes next to itself lands in the
-scratch folder. Each learner's runs get a label of their own
+Each is graded from a copy taken when its check starts, so the learner's file
+is never written to, and runs in an empty scratch folder, where what the
+program writes next to itself lands. Each learner's runs get a label of their own
 (``grade-alice``), so their traces stay apart under ``runs/<lab>/``.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from . import checks, labs, paths
+from . import checks, labs, paths, processes
+
+if TYPE_CHECKING:
+    from .journal import Journal
 
 FLAT = "__"  # alice__1.py: the learner, then the lab
 EXERCISE = "exercise"  # exercise.py is the lab given with --lab
@@ -63,6 +64,7 @@ class Skipped:
     shown: str
     reason: str
     learner: str = ""
+    kit: bool = False  # not graded for the kit's failure (its lab's manifest is broken), not the learner's
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,13 @@ class Graded:
     points: list[Points]
 
     @property
-    def score(self) -> float:
-        return round(sum(p.earned for p in self.points), 4)
+    def graded(self) -> bool:
+        """False when the kit could not grade it: it then has no score, not a score of 0."""
+        return self.report.verdict != "error"
+
+    @property
+    def score(self) -> float | None:
+        return round(sum(p.earned for p in self.points), 4) if self.graded else None
 
     @property
     def max_score(self) -> float:
@@ -116,11 +123,22 @@ class Result:
     learners: list[str]
     started_at: str  # ISO 8601, UTC
     duration_s: float
+    pending: list[Submission] = field(default_factory=list)  # not graded yet: the grading was interrupted
+    resumed: int = 0  # verdicts taken from the journal of an interrupted grading
 
     @property
     def graded_any(self) -> bool:
         """Whether any submission got a verdict (not every one was beyond the kit)."""
         return any(g.report.verdict != "error" for g in self.graded)
+
+    @property
+    def not_graded(self) -> list[Graded]:
+        """Submissions the kit could not grade (its failure or the machine's, never the learner's)."""
+        return [g for g in self.graded if g.report.verdict == "error"]
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.pending)
 
 
 # --- finding the submissions ------------------------------------------------------
@@ -152,7 +170,11 @@ def find(folder: Path, only: labs.Lab | None, known: list[labs.Lab]) -> Found:
         if path.suffix != ".py":
             skipped.append(Skipped(shown, "not a Python file (.py)", owner))
             return
-        lab = _which_lab(lab_name, only, known)
+        try:
+            lab = _which_lab(lab_name, only, known)
+        except labs.ManifestError as e:
+            skipped.append(Skipped(shown, f"not graded: its lab's manifest is broken ({e})", owner, kit=True))
+            return
         if isinstance(lab, str):
             skipped.append(Skipped(shown, lab, owner))
             return
@@ -256,7 +278,7 @@ def prepare_data(found: Found) -> None:
             try:
                 prepare(sub.lab.data, paths.data_dir())
             except Exception as e:  # noqa: BLE001 - whatever stops the data stops the grading
-                raise KitError(f"lab {sub.lab.number}'s data could not be prepared ({type(e).__name__}: {e}); "
+                raise KitError(f"lab {sub.lab.number}'s data could not be prepared ({e}); "
                                "run `proflab data` to see why") from None
             done.add(sub.lab.data)
 
@@ -290,45 +312,52 @@ def grade(
     on_start: Started = lambda i, n, sub: None,
     on_progress: checks.Progress = lambda message: None,
     on_done: Finished = lambda i, n, graded: None,
+    journal: "Journal | None" = None,
 ) -> Result:
-    """Grade every submission, one after the other."""
+    """Grade every submission, one after the other; each verdict goes to ``journal`` as it is made.
+
+    A verdict the journal already holds (``--resume``) is taken from it, not
+    graded again. On Ctrl-C (or SIGTERM, SIGHUP) the grading stops after the
+    run in progress is stopped, and the result lists what was not graded yet.
+    """
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     started = time.perf_counter()
     label = labels(found.learners)
     graded: list[Graded] = []
+    pending: list[Submission] = []
+    resumed = 0
     total = len(found.submissions)
     for i, sub in enumerate(found.submissions, 1):
-        on_start(i, total, sub)
-        report = _check(sub, label[sub.learner], device, rounds, timeout_s, on_progress)
+        report = journal.done(sub.shown, sub.path) if journal else None
+        if report is not None:
+            resumed += 1
+        else:
+            on_start(i, total, sub)
+            try:
+                report = _check(sub, label[sub.learner], device, rounds, timeout_s, on_progress)
+            except KeyboardInterrupt:
+                pending = list(found.submissions[i - 1:])
+                break
+            if journal is not None:
+                with processes.shielded():  # a verdict is journaled whole, or not at all
+                    journal.add(sub.shown, sub.path, report)
         item = Graded(sub, report, score(report, sub.lab.grading))
         graded.append(item)
         on_done(i, total, item)
     return Result(found.folder, graded, list(found.skipped), found.learners, started_at,
-                  time.perf_counter() - started)
+                  time.perf_counter() - started, pending=pending, resumed=resumed)
 
 
 def _check(sub: Submission, label: str, device: str, rounds: int | None, timeout_s: float | None,
            on_progress: checks.Progress) -> checks.Report:
-    """``checks.check`` on a scratch copy of the submission; the report names the learner's file."""
-    root = paths.state_dir() / "grade"
-    root.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=root))
-    copy = scratch / sub.path.name
+    """``checks.check`` on the submission (graded from a copy, never written to), run in an empty
+    scratch folder, so what the program writes next to itself lands there."""
     try:
-        try:
-            shutil.copyfile(sub.path, copy)
-        except OSError as e:
-            report = checks.Report(lab=sub.lab.name, number=sub.lab.number, title=sub.lab.title, file=str(copy),
-                                   label=label, checks=[checks.Check(*c) for c in checks.CHECKS])
-            report.verdict = "error"
-            report.error = f"{sub.shown} could not be read: {e.strerror or e}"
-        else:
-            report = checks.check(sub.lab, copy, label=label, device=device, rounds=rounds,
-                                  timeout_s=timeout_s, on_progress=on_progress)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    report.file = str(sub.path)
-    for where in {str(copy), str(copy.resolve())}:
-        report.traceback = report.traceback.replace(where, str(sub.path))
-        report.error = report.error.replace(where, str(sub.path))
-    return report
+        with checks.workspace(f"{label}-") as scratch:
+            return checks.check(sub.lab, sub.path, label=label, device=device, rounds=rounds,
+                                timeout_s=timeout_s, on_progress=on_progress, workdir=scratch)
+    except checks.NotGraded as e:
+        report = checks.Report(lab=sub.lab.name, number=sub.lab.number, title=sub.lab.title, file=str(sub.path),
+                               label=label, checks=[checks.Check(*c) for c in checks.CHECKS])
+        report.verdict, report.error = "error", f"{e}. This is the kit's or the machine's failure"
+        return report

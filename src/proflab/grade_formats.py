@@ -41,6 +41,7 @@ from . import __version__, atomic, paths
 from . import report as check_report
 from .checks import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Check, Report
 from .grade import Found, Graded, Result, Submission
+from .quiet import printable
 
 FORMATS = ("json", "junit", "gradescope")
 NOT_GRADED = "error"  # the verdict of a report the kit could not grade
@@ -58,6 +59,14 @@ def refusal(fmt: str, found: Found, folder: str, outputs: tuple[str | None, ...]
         return (f"--format gradescope writes one learner's results.json (Gradescope grades one submission "
                 f"per run), and {folder} holds files of {len(learners)} learners ({names}): use --format json "
                 "or junit, or grade each learner's folder on its own")
+    given = [Path(p).resolve() for p in filter(None, outputs)]
+    if len(set(given)) < len(given):
+        return "--out and --json-out name the same file: give them two names (or leave --json-out out)"
+    class_folder = found.folder.resolve()
+    for path in filter(None, outputs):
+        if Path(path).resolve().is_relative_to(class_folder):
+            return (f"{path} is inside the class folder {folder}: an output written there could replace a "
+                    "submission, and would be graded as one next time; write it somewhere else")
     for path in filter(None, outputs):
         target = Path(path)
         if target.is_dir():
@@ -134,15 +143,29 @@ def _stopped_at(graded: Graded) -> Check | None:
     return next((c for c in graded.report.checks if c.status in (FAILED, INCONCLUSIVE)), None)
 
 
-def _num(value: float) -> str:
-    return f"{value:g}"
+def _num(value: float | None) -> str:
+    return "–" if value is None else f"{value:g}"
+
+
+def _score(g: Graded) -> str:
+    """``7/10``, or "not graded" (the kit could not grade it: no score, not 0)."""
+    return f"{_num(g.score)}/{_num(g.max_score)}" if g.graded else "not graded"
 
 
 def counts(result: Result) -> dict[str, int]:
     verdicts = Counter(g.report.verdict for g in result.graded)
     return {"learners": len(result.learners), "submissions": len(result.graded),
             "passed": verdicts[PASSED], "failed": verdicts[FAILED], "inconclusive": verdicts[INCONCLUSIVE],
-            "not_graded": verdicts[NOT_GRADED], "files_not_graded": len(result.skipped)}
+            "not_graded": verdicts[NOT_GRADED], "files_not_graded": len(result.skipped),
+            "not_yet_graded": len(result.pending), "resumed": result.resumed}
+
+
+def _pending(result: Result) -> list[dict[str, Any]]:
+    return [{"file": s.shown, "learner": s.learner, "lab": s.lab.name, "number": s.lab.number}
+            for s in result.pending]
+
+
+INTERRUPTED = "not graded yet: the grading was interrupted; run the same command with --resume to finish it"
 
 
 # --- json ------------------------------------------------------------------------
@@ -189,8 +212,10 @@ def to_json(result: Result) -> str:
         "folder": str(result.folder),
         "started_at": result.started_at,
         "duration_s": round(result.duration_s, 3),
+        "partial": result.partial,  # interrupted: `not_yet_graded` lists what --resume will grade
         "learners": result.learners,
         "summary": counts(result),
+        "not_yet_graded": _pending(result),
         "submissions": [submission_record(g) for g in result.graded],
         "not_graded": [{"file": s.shown, "learner": s.learner or None, "reason": s.reason} for s in result.skipped],
     }, indent=2, ensure_ascii=False) + "\n"
@@ -246,7 +271,7 @@ def to_junit(result: Result) -> str:
         for g in mine:
             slug = g.submission.lab.slug
             shown = [("file", g.submission.shown), ("verdict", g.report.verdict),
-                     ("score", f"{_num(g.score)}/{_num(g.max_score)}")]
+                     ("score", _score(g))]
             if g.speedup:
                 shown.append(("speedup", f"{g.speedup:.3f}"))
             for key, value in shown:
@@ -263,6 +288,15 @@ def to_junit(result: Result) -> str:
         suite.set("timestamp", result.started_at.replace("+00:00", ""))
         totals.update(outcomes)
         totals["time"] += duration
+    if result.pending:  # an interrupted grading: what it did not reach, marked so
+        suite = ET.SubElement(root, "testsuite", name="not graded yet (interrupted)", tests=str(len(result.pending)),
+                              failures="0", errors="0", skipped=str(len(result.pending)), time="0.000")
+        for sub in result.pending:
+            learner = re.sub(r"[.\s]+", "_", sub.learner)
+            case = ET.SubElement(suite, "testcase", name=_x(f"lab {sub.lab.number} {sub.lab.name}"),
+                                 classname=_x(f"{learner}.{sub.lab.slug}"))
+            ET.SubElement(case, "skipped", message=_x(INTERRUPTED))
+        totals["skipped"] += len(result.pending)
     if result.skipped:
         suite = ET.SubElement(root, "testsuite", name="files not graded", tests=str(len(result.skipped)),
                               failures="0", errors="0", skipped=str(len(result.skipped)), time="0.000")
@@ -274,6 +308,8 @@ def to_junit(result: Result) -> str:
     root.set("failures", str(totals["failure"]))
     root.set("errors", str(totals["error"]))
     root.set("time", _seconds(result.duration_s))
+    if result.partial:
+        root.set("name", "proflab grade (partial: interrupted)")
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -292,7 +328,7 @@ def to_gradescope(result: Result) -> str:
             tests.append({
                 "name": f"Lab {r.number} · {check.title}",
                 "number": f"{r.number}.{k}",
-                "score": points.earned,
+                **({"score": points.earned} if g.graded else {}),  # not graded: no score, not 0
                 "max_score": points.max,
                 "status": "passed" if check.status == PASSED and r.verdict != NOT_GRADED else "failed",
                 "output": check_text(check, r, full=True),
@@ -304,10 +340,12 @@ def to_gradescope(result: Result) -> str:
         lines.append(_headline(g))
     for s in result.skipped:
         lines.append(f"Not graded: {s.shown}: {s.reason}")
+    for sub in result.pending:
+        lines.append(f"Not graded yet: {sub.shown}: the grading was interrupted")
     if not result.graded:
         lines.append("Nothing was graded: no file here names a lab.")
     return json.dumps({
-        "score": round(sum(g.score for g in result.graded), 4),
+        "score": round(sum(g.score for g in result.graded if g.graded), 4),
         "execution_time": round(result.duration_s),
         "output": "\n".join(lines),
         "output_format": "text",
@@ -326,11 +364,17 @@ def _headline(g: Graded) -> str:
     word = {PASSED: "passed", FAILED: "failed", INCONCLUSIVE: "inconclusive (too noisy to call)"}.get(
         r.verdict, "not graded")
     speed = f", {g.speedup:.2f}× (threshold {r.threshold:g}×)" if g.speedup and r.threshold else ""
-    return (f"Lab {r.number} · {r.title} ({g.submission.shown}): {word}{speed}, "
-            f"{_num(g.score)}/{_num(g.max_score)} points")
+    points = f"{_score(g)} points" if g.graded else "no points given"
+    return (f"Lab {r.number} · {r.title} ({g.submission.shown}): {word}{speed}, {points}"
+            + (f": {r.error}" if not g.graded else ""))
 
 
 # --- terminal ----------------------------------------------------------------------
+
+def _shown(text: str) -> str:
+    """Learner-derived text (names, file names, messages) for the terminal: no markup, no control sequences."""
+    return escape(printable(str(text)))
+
 
 _WORD = {PASSED: "[green]passed[/]", FAILED: "[red]failed[/]", INCONCLUSIVE: "[yellow]inconclusive[/]",
          NOT_GRADED: "[red]not graded[/]"}
@@ -339,20 +383,21 @@ _MARK = {PASSED: "[green]✓[/]", FAILED: "[red]✗[/]", INCONCLUSIVE: "[yellow]
 
 def _cell(g: Graded) -> str:
     r = g.report
-    parts = [_WORD.get(r.verdict, escape(r.verdict))]
+    parts = [_WORD.get(r.verdict, _shown(r.verdict))]
     stopped = _stopped_at(g)
     if r.verdict == FAILED and stopped:
-        parts[0] += f" [dim]({escape(stopped.name)})[/]"
+        parts[0] += f" [dim]({_shown(stopped.name)})[/]"
     if g.speedup:
         parts.append(f"{g.speedup:.2f}×")
-    parts.append(f"{_num(g.score)}/{_num(g.max_score)}")
+    if g.graded:
+        parts.append(_score(g))
     return " ".join(parts)
 
 
 def done_line(i: int, n: int, g: Graded) -> str:
     sub = g.submission
-    return (f"{_MARK.get(g.report.verdict, '?')} {i}/{n} {escape(sub.learner)} · lab {sub.lab.number} "
-            f"({escape(sub.lab.name)}): {_cell(g)} [dim]· {escape(sub.shown)} · {g.report.duration_s:.0f} s[/]")
+    return (f"{_MARK.get(g.report.verdict, '?')} {i}/{n} {_shown(sub.learner)} · lab {sub.lab.number} "
+            f"({_shown(sub.lab.name)}): {_cell(g)} [dim]· {_shown(sub.shown)} · {g.report.duration_s:.0f} s[/]")
 
 
 class Progress:
@@ -362,11 +407,11 @@ class Progress:
         self.console, self.update, self.verbose, self.current = console, update, verbose, ""
 
     def start(self, i: int, n: int, sub: Submission) -> None:
-        self.current = f"Grading {i}/{n}: {escape(sub.learner)} · lab {sub.lab.number} ({escape(sub.lab.name)})"
+        self.current = f"Grading {i}/{n}: {_shown(sub.learner)} · lab {sub.lab.number} ({_shown(sub.lab.name)})"
         self.update(self.current + "…")
 
     def step(self, message: str) -> None:
-        self.update(f"{self.current} [dim]· {escape(message)}[/]")
+        self.update(f"{self.current} [dim]· {_shown(message)}[/]")
 
     def done(self, i: int, n: int, g: Graded) -> None:
         self.console.print(done_line(i, n, g))
@@ -380,25 +425,27 @@ def summary(result: Result, out: str | None = None, json_out: str | None = None)
     table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
     table.add_column("learner")
     for number, name in found_labs:
-        table.add_column(f"lab {number} {escape(name)}")
+        table.add_column(f"lab {number} {_shown(name)}")
     if len(found_labs) > 1:
         table.add_column("total", justify="right")
     by = {(g.submission.learner, g.report.number): g for g in result.graded}
     for learner in result.learners:
-        row = [escape(learner)]
+        row = [_shown(learner)]
         mine = []
         for number, _ in found_labs:
             g = by.get((learner, number))
             row.append(_cell(g) if g else "[dim]–[/]")
             mine += [g] if g else []
         if len(found_labs) > 1:
-            row.append(f"{_num(sum(g.score for g in mine))}/{_num(sum(g.max_score for g in mine))}")
+            scored = [g for g in mine if g.graded]
+            row.append(f"{_num(sum(g.score for g in scored))}/{_num(sum(g.max_score for g in scored))}"
+                       + ("*" if len(scored) < len(mine) else ""))
         table.add_row(*row)
     parts: list[Any] = [table] if result.graded else []
     if result.skipped:
         parts.append(Text("Not graded:", style="bold"))
         for s in result.skipped:
-            parts.append(f"  [yellow]–[/] {escape(s.shown)}: {escape(s.reason)}")
+            parts.append(f"  [yellow]–[/] {_shown(s.shown)}: {_shown(s.reason)}")
     c = counts(result)
     tally = ", ".join(f"{c[k]} {word}" for k, word in (("passed", "passed"), ("failed", "failed"),
                                                       ("inconclusive", "inconclusive"),
@@ -408,10 +455,17 @@ def summary(result: Result, out: str | None = None, json_out: str | None = None)
                  + (f": {tally}" if tally else "")
                  + (f"; {c['files_not_graded']} file{'s' if c['files_not_graded'] != 1 else ''} not graded"
                     if c["files_not_graded"] else "") + ".")
+    if c["not_graded"]:
+        parts.append("[red]Not graded[/] means the kit or the machine failed (the reason is in each entry); no "
+                     "points were given: fix the cause and grade those submissions again (--resume does).")
+    if result.pending:
+        parts.append(f"[yellow]Interrupted:[/] {len(result.pending)} of {c['submissions'] + len(result.pending)} "
+                     "submissions were not graded yet; the outputs hold the verdicts made, marked partial. Run the "
+                     "same command with --resume to grade the rest.")
     if c["inconclusive"]:
         parts.append("[yellow]Inconclusive[/] means the timings were too noisy to call: grade those "
                      "submissions again on a quieter machine.")
     for what, where in (("Written", out), ("JSON record", json_out)):
         if where:
-            parts.append(f"[dim]{what}:[/] {escape(paths.display(where))}")
+            parts.append(f"[dim]{what}:[/] {_shown(paths.display(where))}")
     return Group(*parts)

@@ -4,14 +4,22 @@ A lab's manifest is declarative, like a rustlings exercise list: its title,
 summary, files, the workload every version runs, how results are compared,
 which trace evidence proves the fix, the speed-up thresholds per device, and
 the hints. Nothing about a lab is scattered through the code.
+
+Every table and key of a manifest is checked when it is read (:func:`load`):
+a mistake raises ManifestError naming the file, the table and key, what is
+expected and what was found, one problem a line. A broken lab never hides the
+others: :func:`discover` returns the labs that load, :func:`broken` (or
+:func:`discover_all`) the ones that do not, and why.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 try:
     import tomllib
@@ -123,26 +131,6 @@ class Grading:
         return sum(self.points(name) for name in self.CHECKS)
 
 
-def _grading(table: Any, where: Path) -> Grading:
-    if not isinstance(table, dict):
-        raise ManifestError(f"{where}: [grading] must be a table of points per check")
-    known = (*Grading.CHECKS, "inconclusive")
-    unknown = sorted(set(table) - set(known))
-    if unknown:
-        raise ManifestError(f"{where}: [grading] has unknown key(s) {', '.join(unknown)}; "
-                            f"known: {', '.join(known)}")
-    for key, value in table.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ManifestError(f"{where}: [grading] {key} must be a number of points, 0 or more (got {value!r})")
-    if table.get("inconclusive", 0) > 1:
-        raise ManifestError(f"{where}: [grading] inconclusive is a share of the faster points, "
-                            f"from 0 to 1 (got {table['inconclusive']!r})")
-    grading = Grading(**{key: float(value) for key, value in table.items()})
-    if grading.max_score <= 0:
-        raise ManifestError(f"{where}: [grading] gives no points at all; give at least one check a point")
-    return grading
-
-
 @dataclass(frozen=True)
 class Workload:
     batch_size: int
@@ -238,71 +226,428 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _require(table: dict, key: str, where: Path) -> Any:
-    if key not in table:
-        raise ManifestError(f"{where}: missing '{key}'")
-    return table[key]
+# --- reading a manifest, and checking every key of it ----------------------------
+#
+# A mistake in a manifest is the kit's, not the learner's: it is refused when
+# the manifest is read, with the file, the table and key, what is expected and
+# what was found, every problem of the file at once. It never shows up later as
+# a traceback, a learner's failed check, or a check that passes a slower fix.
+
+DEVICES = ("cpu", "cuda")  # the keys of [speedup]; cpu is the fallback of every other device
+_SLUG = re.compile(r"[a-z0-9][a-z0-9_-]*")
+_DATA = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def shown(manifest: Path) -> str:
+    """A manifest's path as messages show it: relative to the kit's root when inside it."""
+    path = Path(manifest).resolve()
+    try:
+        return path.relative_to(paths.root()).as_posix()
+    except ValueError:
+        return paths.display(path)
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What a key's value must be, as a message says it, and the test of a value."""
+
+    expected: str
+    ok: Callable[[Any], bool]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integer(low: int, why: str = "") -> _Kind:
+    return _Kind(f"an integer, {low} or more{why}", lambda v: _is_int(v) and v >= low)
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+def _is_file_name(value: Any) -> bool:
+    return _is_text(value) and not Path(value).is_absolute() and ".." not in Path(value).parts
+
+
+def _names(known: dict[str, str], what: str) -> _Kind:
+    return _Kind(f"a list of {what} ({', '.join(known)})",
+                 lambda v: isinstance(v, list) and all(isinstance(x, str) and x in known for x in v))
+
+
+_NUMBER = _Kind("a number", _is_number)
+_POSITIVE = _Kind("a number above 0", lambda v: _is_number(v) and v > 0)
+_NOT_NEGATIVE = _Kind("a number, 0 or more", lambda v: _is_number(v) and v >= 0)
+_SPEEDUP = _Kind("a speed-up, a number 1.0 or more", lambda v: _is_number(v) and v >= 1.0)
+_TEXT = _Kind("a non-empty string", _is_text)
+_STRING = _Kind("a string", lambda v: isinstance(v, str))
+_BOOL = _Kind("true or false", lambda v: isinstance(v, bool))
+_TABLE = _Kind("a table", lambda v: isinstance(v, dict))
+_TEXTS = _Kind("a list of non-empty strings", lambda v: isinstance(v, list) and all(_is_text(x) for x in v))
+_ENV = _Kind("a table of strings", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()))
+_NAME = _Kind('a lowercase name of letters, digits, "-" and "_" (like "dataloader")',
+              lambda v: isinstance(v, str) and _SLUG.fullmatch(v) is not None)
+_DATA_SPEC = _Kind('"module:function" (like "proflab.labkit.photos:ensure_photos")',
+                   lambda v: isinstance(v, str) and _DATA.fullmatch(v) is not None)
+_SHA = _Kind("the original's SHA-256, 64 hex digits",
+             lambda v: isinstance(v, str) and _SHA256.fullmatch(v) is not None)
+_FILE = _Kind("a file name in the lab's folder", _is_file_name)
+_FOLDER = _Kind("a folder name under data/", _is_file_name)
+
+Spec = dict[str, tuple[_Kind, bool]]  # key: (what it must be, whether it is required)
+
+_TOP: Spec = {
+    "number": (_integer(0), True),
+    "name": (_NAME, True),
+    "title": (_TEXT, True),
+    "summary": (_TEXT, True),
+    "docs": (_STRING, False),
+    "data": (_DATA_SPEC, False),
+    "hints": (_TEXTS, False),
+    "files": (_TABLE, True),
+    "workload": (_TABLE, True),
+    "results": (_TABLE, True),
+    "evidence": (_TABLE, True),
+    "speedup": (_TABLE, True),
+    "grading": (_TABLE, False),
+    "storage": (_TABLE, False),
+    "audit": (_TABLE, False),
+}
+_FILES: Spec = {
+    "original": (_FILE, False),
+    "exercise": (_FILE, False),
+    "solution": (_FILE, False),
+    "original_sha256": (_SHA, True),
+}
+_WORKLOAD: Spec = {
+    "batch_size": (_integer(1), True),
+    "warmup_steps": (_integer(0), True),
+    "timed_steps": (_integer(1), True),
+    "profile_steps": (_integer(2, " (the checker leaves out the first profiled step)"), True),
+    "rounds": (_integer(1), True),
+    "timeout_s": (_POSITIVE, True),
+    "seed": (_integer(0), False),
+    "max_rounds": (_integer(1), False),
+    "budget_s": (_POSITIVE, False),
+    "memory_mb": (_POSITIVE, False),
+    "background_workers": (_BOOL, False),
+    "threads": (_integer(1), False),
+    "startup_s": (_NOT_NEGATIVE, False),
+    "params": (_TABLE, False),
+    "env": (_ENV, False),
+}
+_RULE: Spec = {
+    "what": (_TEXT, True),
+    "exact": (_BOOL, False),
+    "rtol": (_NOT_NEGATIVE, False),
+    "atol": (_NOT_NEGATIVE, False),
+    "hint": (_STRING, False),
+}
+_BOUNDS = ("max", "min", "max_vs_original")
+_SPEEDUPS: Spec = {"cpu": (_SPEEDUP, True), "cuda": (_SPEEDUP, False)}
+_STORAGE: Spec = {"folder": (_FOLDER, True), "latency_ms": (_POSITIVE, True)}
+
+
+def _evidence_spec() -> Spec:
+    from .evidence import METRICS  # the checker's registry; evidence imports no torch
+
+    metric = _Kind(f"one of the checker's evidence metrics ({', '.join(sorted(METRICS))})",
+                   lambda v: isinstance(v, str) and v in METRICS)
+    return {
+        "metric": (metric, True),
+        "label": (_TEXT, True),
+        "where": (_TEXT, True),
+        "unit": (_STRING, False),
+        **{bound: (_NUMBER, False) for bound in _BOUNDS},
+        "work_ops": (_TEXTS, False),
+        "min_work_vs_original": (_NOT_NEGATIVE, False),
+        "work": (_TEXT, False),
+    }
+
+
+def _audit_spec() -> Spec:
+    from .audit import ALLOWANCES, RESTRICTIONS  # no torch either
+
+    return {"allow": (_names(ALLOWANCES, "allowance names"), False),
+            "refuse": (_names(RESTRICTIONS, "restriction names"), False)}
+
+
+def _got(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class _Problems:
+    """The problems found in one manifest, one line each: ``file: [table] key ...``."""
+
+    def __init__(self, where: str):
+        self.where = where
+        self.lines: list[str] = []
+
+    def add(self, table: str, text: str) -> None:
+        self.lines.append(f"{self.where}: " + (f"[{table}] " if table else "") + text)
+
+    def table(self, data: dict, table: str, spec: Spec) -> dict:
+        """The keys of ``data`` whose values are what ``spec`` asks; every other key is a problem."""
+        unknown = sorted(set(data) - set(spec))
+        if unknown:
+            self.add(table, f"has unknown key(s) {', '.join(unknown)}; known: {', '.join(spec)}")
+        good = {}
+        for key, (kind, required) in spec.items():
+            if key not in data:
+                if required:
+                    self.add(table, f"[{key}] is missing" if kind is _TABLE and not table
+                             else f"{key} is missing: it must be {kind.expected}")
+            elif kind.ok(data[key]):
+                good[key] = data[key]
+            else:
+                self.add(table, f"{key} must be {kind.expected} (got {_got(data[key])})")
+        return good
+
+
+def _grading(table: dict, p: _Problems) -> Grading | None:
+    known = (*Grading.CHECKS, "inconclusive")
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        p.add("grading", f"has unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    good = {}
+    for key, value in table.items():
+        if key not in known:
+            continue
+        if not _is_number(value) or value < 0:
+            p.add("grading", f"{key} must be a number of points, 0 or more (got {_got(value)})")
+        elif key == "inconclusive" and value > 1:
+            p.add("grading", f"inconclusive is a share of the faster points, from 0 to 1 (got {_got(value)})")
+        else:
+            good[key] = float(value)
+    if len(good) != len(table):
+        return None
+    grading = Grading(**good)
+    if grading.max_score <= 0:
+        p.add("grading", "gives no points at all; give at least one check a point")
+        return None
+    return grading
+
+
+def _files(table: dict, folder: Path, p: _Problems) -> dict[str, Path]:
+    """The lab's files; the original, and a solution the manifest names, must be there."""
+    good = p.table(table, "files", _FILES)
+    found = {}
+    for key in ("original", "exercise", "solution"):
+        if key in table and key not in good:
+            continue  # not a file name: said already
+        path = folder / good.get(key, f"{key}.py")
+        found[key] = path
+        # The exercise is the learner's (proflab reset makes it again); a lab may have no solution.
+        needed = key == "original" or (key == "solution" and key in good)
+        if needed and not path.is_file():
+            p.add("files", f"{key} names {path.name!r}, which is not a file in {Path(p.where).parent.as_posix()}/")
+    return found
+
+
+def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
+    """The lab that ``data`` describes, or None with every problem in ``p``."""
+    top = p.table(data, "", _TOP)
+    files = _files(top["files"], folder, p) if "files" in top else {}
+    workload = p.table(top["workload"], "workload", _WORKLOAD) if "workload" in top else {}
+
+    rules = []
+    if "results" in top:
+        if not top["results"]:
+            p.add("results", "names no values: give each value the pipeline yields a [results.NAME] table")
+        for key, spec in top["results"].items():
+            if not isinstance(spec, dict):
+                p.add("results", f"{key} must be a table, [results.{key}] (got {_got(spec)})")
+                continue
+            good = p.table(spec, f"results.{key}", _RULE)
+            if len(good) == len(spec) and "what" in good:
+                rules.append(ResultRule(key=key, **good))
+
+    evidence = {}
+    if "evidence" in top:
+        evidence = p.table(top["evidence"], "evidence", _evidence_spec())
+        given = [bound for bound in _BOUNDS if bound in top["evidence"]]
+        if not given:
+            p.add("evidence", "has no bound: give it max, min or max_vs_original")
+        if "max" in evidence and "min" in evidence and evidence["min"] > evidence["max"]:
+            p.add("evidence", f"min ({evidence['min']!r}) is above max ({evidence['max']!r}): no value can meet both")
+
+    speedup = p.table(top["speedup"], "speedup", _SPEEDUPS) if "speedup" in top else {}
+    grading = _grading(top["grading"], p) if "grading" in top else Grading()
+    storage = p.table(top["storage"], "storage", _STORAGE) if "storage" in top else None
+    audit = p.table(top["audit"], "audit", _audit_spec()) if "audit" in top else {}
+
+    if p.lines:
+        return None
+    return Lab(
+        number=top["number"],
+        name=top["name"],
+        title=top["title"],
+        summary=top["summary"],
+        folder=folder,
+        original=files["original"],
+        exercise=files["exercise"],
+        solution=files["solution"],
+        original_sha256=top["files"]["original_sha256"].lower(),
+        workload=Workload(**workload),
+        results=tuple(rules),
+        evidence=Evidence(**{**evidence, "work_ops": tuple(evidence.get("work_ops", ()))}),
+        thresholds={device: float(value) for device, value in speedup.items()},
+        hints=tuple(top.get("hints", ())),
+        docs=top.get("docs", ""),
+        data=top.get("data", ""),
+        grading=grading,
+        storage=Storage(**storage) if storage is not None else None,
+        audit=Audit(allow=tuple(audit.get("allow", ())), refuse=tuple(audit.get("refuse", ()))),
+    )
 
 
 def load(folder: Path) -> Lab:
+    """The lab in ``folder``, from its ``lab.toml``; ManifestError lists every problem of the file, one a line."""
+    folder = Path(folder)
     manifest = folder / "lab.toml"
+    where = shown(manifest)
     try:
-        data = tomllib.loads(manifest.read_text(encoding="utf-8"))
+        text = manifest.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ManifestError(f"{where}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ManifestError(f"{manifest}: {e}") from None
-    files = _require(data, "files", manifest)
-    run = _require(data, "workload", manifest)
-    evidence = _require(data, "evidence", manifest)
-    rules = tuple(
-        ResultRule(key=key, **spec) for key, spec in _require(data, "results", manifest).items()
-    )
-    return Lab(
-        number=int(_require(data, "number", manifest)),
-        name=_require(data, "name", manifest),
-        title=_require(data, "title", manifest),
-        summary=_require(data, "summary", manifest),
-        folder=folder,
-        original=folder / files.get("original", "original.py"),
-        exercise=folder / files.get("exercise", "exercise.py"),
-        solution=folder / files.get("solution", "solution.py"),
-        original_sha256=_require(files, "original_sha256", manifest),
-        workload=Workload(**run),
-        results=rules,
-        evidence=Evidence(**{**evidence, "work_ops": tuple(evidence.get("work_ops", ()))}),
-        thresholds=dict(_require(data, "speedup", manifest)),
-        hints=tuple(data.get("hints", ())),
-        docs=data.get("docs", ""),
-        data=data.get("data", ""),
-        grading=_grading(data["grading"], manifest) if "grading" in data else Grading(),
-        storage=Storage(**data["storage"]) if "storage" in data else None,
-        audit=Audit(allow=tuple(data.get("audit", {}).get("allow", ())),
-                    refuse=tuple(data.get("audit", {}).get("refuse", ()))),
-    )
+        raise ManifestError(f"{where}: not valid TOML: {e}") from None
+    problems = _Problems(where)
+    lab = _build(data, folder, problems)
+    if lab is None:
+        raise ManifestError("\n".join(problems.lines))
+    return lab
+
+
+# --- finding the labs ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BrokenLab:
+    """A lab folder whose manifest does not load, and why (every problem, one a line).
+
+    ``number`` and ``name`` are the manifest's when it gives valid ones, else
+    those of the folder's name (``01_dataloader``); either may be None.
+    """
+
+    folder: Path
+    message: str
+    number: int | None = None
+    name: str | None = None
+
+    def answers_to(self, wanted: str) -> bool:
+        """Whether ``wanted`` (lower case) names this lab: its folder, its number or its name."""
+        prefix = re.match(r"\d+", self.folder.name)
+        if wanted.isdigit():
+            return int(wanted) in {self.number, int(prefix[0]) if prefix else None}
+        names = {self.folder.name.lower(), self.name}
+        if self.number is not None and self.name:
+            names.add(f"{self.number:02d}-{self.name}")
+        return wanted in names
+
+
+def _identity(folder: Path) -> tuple[int | None, str | None]:
+    """The number and name of a lab whose manifest does not load, as far as they can be told."""
+    match = re.fullmatch(r"(\d+)[_-](.+)", folder.name)
+    number, name = (int(match[1]), match[2].lower()) if match else (None, None)
+    try:
+        data = tomllib.loads((folder / "lab.toml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return number, name
+    if _is_int(data.get("number")) and data["number"] >= 0:
+        number = data["number"]
+    if _NAME.ok(data.get("name")):
+        name = data["name"]
+    return number, name
+
+
+def discover_all(labs_dir: Path | None = None) -> tuple[list[Lab], list[BrokenLab]]:
+    """Every lab folder under ``labs_dir``: the labs that load, by number, and the broken ones.
+
+    Two labs with the same number or name are both broken, each naming the other.
+    """
+    folder = Path(labs_dir) if labs_dir else paths.labs_dir()
+    loaded: list[Lab] = []
+    broken_labs: list[BrokenLab] = []
+    for manifest in sorted(folder.glob("*/lab.toml")):
+        try:
+            loaded.append(load(manifest.parent))
+        except ManifestError as e:
+            broken_labs.append(BrokenLab(manifest.parent, str(e), *_identity(manifest.parent)))
+    clashes: dict[Path, list[str]] = {}
+    for what in ("number", "name"):
+        groups: dict[Any, list[Lab]] = {}
+        for lab in loaded:
+            groups.setdefault(getattr(lab, what), []).append(lab)
+        for value, same in groups.items():
+            for lab in same if len(same) > 1 else ():
+                others = ", ".join(shown(other.folder / "lab.toml") for other in same if other is not lab)
+                clashes.setdefault(lab.folder, []).append(
+                    f"{shown(lab.folder / 'lab.toml')}: {what} {value!r} is also the {what} of {others}; "
+                    f"each lab needs its own")
+    good = [lab for lab in loaded if lab.folder not in clashes]
+    broken_labs += [BrokenLab(lab.folder, "\n".join(clashes[lab.folder]), lab.number, lab.name)
+                    for lab in loaded if lab.folder in clashes]
+    broken_labs.sort(key=lambda b: (b.number is None, b.number or 0, b.folder.name))
+    return sorted(good, key=lambda lab: lab.number), broken_labs
 
 
 def discover(labs_dir: Path | None = None) -> list[Lab]:
-    folder = labs_dir or paths.labs_dir()
-    found = [load(p.parent) for p in sorted(folder.glob("*/lab.toml"))]
-    return sorted(found, key=lambda lab: lab.number)
+    """The labs under ``labs_dir`` that load, by number; a broken one is left out (see :func:`broken`).
+
+    Only when there are lab folders and not one of them loads does it raise
+    ManifestError, with every broken lab's message: there is nothing to do then.
+    """
+    good, broken_labs = discover_all(labs_dir)
+    if not good and broken_labs:
+        raise ManifestError("\n".join(b.message for b in broken_labs))
+    return good
+
+
+def broken(labs_dir: Path | None = None) -> list[BrokenLab]:
+    """The lab folders under ``labs_dir`` whose manifest does not load, and why."""
+    return discover_all(labs_dir)[1]
 
 
 def resolve(name: str, labs: list[Lab] | None = None) -> Lab:
-    """A lab by number (``1``, ``01``) or by name (``dataloader``)."""
-    labs = discover() if labs is None else labs
+    """A lab by number (``1``, ``01``) or by name (``dataloader``).
+
+    A name that only a broken lab answers to (its folder ``01_dataloader``, the
+    number its folder starts with, or its name) raises ManifestError with why
+    that lab is broken; broken labs are looked for in the folders of ``labs``
+    (or the kit's ``labs/`` when there are none).
+    """
+    broken_labs = None
+    if labs is None:
+        labs, broken_labs = discover_all()
     wanted = name.strip().lower()
     for lab in labs:
         if wanted.isdigit() and int(wanted) == lab.number:
             return lab
-        if wanted in (lab.name, lab.slug, lab.folder.name):
+        if wanted in (lab.name, lab.slug, lab.folder.name.lower()):
             return lab
+    if broken_labs is None:
+        folders = sorted({lab.folder.parent for lab in labs}) or [paths.labs_dir()]
+        broken_labs = [b for folder in folders for b in discover_all(folder)[1]]
+    for b in broken_labs:
+        if b.answers_to(wanted):
+            raise ManifestError(b.message)
     known = ", ".join(f"{lab.number} ({lab.name})" for lab in labs) or "none found"
     raise LabNotFound(f"no lab called '{name}'. Labs: {known}.")
 
 
 def find_by_file(path: Path, labs: list[Lab] | None = None) -> Lab | None:
-    """The lab whose folder holds ``path``, if any."""
+    """The lab whose folder holds ``path``, if any (a broken lab is none)."""
     path = path.resolve()
-    for lab in discover() if labs is None else labs:
+    for lab in discover_all()[0] if labs is None else labs:
         if path.parent == lab.folder.resolve():
             return lab
     return None

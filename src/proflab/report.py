@@ -17,6 +17,7 @@ from rich.table import Table
 
 from . import paths
 from .checks import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Report
+from .quiet import printable
 
 _MARK = {PASSED: "[green]✓[/]", FAILED: "[red]✗[/]", INCONCLUSIVE: "[yellow]?[/]", SKIPPED: "[dim]–[/]"}
 
@@ -90,14 +91,21 @@ def to_markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
+def shown(text: str) -> str:
+    """Text from a learner's program (its messages, its output, its file names), as the terminal should show it:
+    no rich markup, no escape sequence or control character that would act on the terminal."""
+    return escape(printable(text))
+
+
 def render(report: Report, console: Console, verbose: bool = False) -> None:
     console.print(f"[bold]Lab {report.number} · {escape(report.title)}[/]")
-    console.print(f"[dim]checking {escape(paths.display(report.file))} against the original on {report.device}[/]")
+    console.print(f"[dim]checking {shown(paths.display(report.file))} against the original on "
+                  f"{shown(report.device)}[/]")
     console.print()
     if report.error:
-        console.print(f"[red]✗ Cannot grade:[/] {escape(report.error)}")
+        console.print(f"[red]✗ Cannot grade:[/] {shown(report.error)}")
         if verbose and report.traceback:
-            console.print(escape(report.traceback))
+            console.print(shown(report.traceback))
         return
 
     grid = Table.grid(padding=(0, 1))
@@ -106,25 +114,25 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
     grid.add_column(overflow="fold")
     for c in report.checks:
         text = c.rationale if c.status != SKIPPED else "[dim]skipped: an earlier check failed[/]"
-        grid.add_row(_MARK[c.status], c.title, escape(text) if c.status != SKIPPED else text)
+        grid.add_row(_MARK[c.status], c.title, shown(text) if c.status != SKIPPED else text)
         show = c.status in (FAILED, INCONCLUSIVE) or (c.status == PASSED and c.name in ("evidence", "faster"))
         if show:
             for line in c.details:
-                grid.add_row("", "", f"[dim]{escape(line)}[/]")
+                grid.add_row("", "", f"[dim]{shown(line)}[/]")
             if c.expected:
-                grid.add_row("", "[dim]  expected[/]", escape(c.expected))
+                grid.add_row("", "[dim]  expected[/]", shown(c.expected))
             if c.actual:
-                grid.add_row("", "[dim]  measured[/]", escape(c.actual))
+                grid.add_row("", "[dim]  measured[/]", shown(c.actual))
             if c.help and c.status in (FAILED, INCONCLUSIVE):
-                grid.add_row("", "[dim]  look at[/]", escape(c.help))
+                grid.add_row("", "[dim]  look at[/]", shown(c.help))
     console.print(grid)
 
     if verbose and report.traceback:
         console.print("\n[bold]Full traceback[/]")
-        console.print(escape(report.traceback))
+        console.print(shown(report.traceback))
     if report.output.strip() and (verbose or report.verdict != PASSED):
         console.print("\n[dim]Your program printed (last lines):[/]")
-        console.print(escape("\n".join(report.output.strip().splitlines()[-8:])))
+        console.print(shown("\n".join(printable(report.output).strip().splitlines()[-8:])))
 
     if busy_note(report):
         style = "yellow" if report.verdict == INCONCLUSIVE else "dim"
@@ -134,7 +142,7 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
         report.verdict, "[bold red]FAILED[/]")
     console.print(f"{word} · lab {report.number} ({report.lab}) in {report.duration_s:.0f} s")
     if report.traces:
-        console.print(f"Traces: {escape(paths.display(report.runs_dir))}/ "
+        console.print(f"Traces: {shown(paths.display(report.runs_dir))}/ "
                       f"(runs: {', '.join(sorted({_run_name(p) for p in report.traces.values()}))})")
         console.print("Open them side by side: [bold]proflab tensorboard[/]")
 

@@ -153,8 +153,13 @@ def _describe(exc: BaseException) -> str:
     return text if len(text) <= 400 else text[:400] + " …"
 
 
-def _import(path: Path):
-    spec = importlib.util.spec_from_file_location("proflab_lab_under_test", path)
+def _import(path: Path, shown_as: str | None = None):
+    """The lab file at ``path`` (the checker's snapshot of it), as a module whose ``__file__`` is
+    ``shown_as``, the learner's own file, so paths built from ``__file__`` lead where they expect."""
+    from importlib.machinery import SourceFileLoader
+
+    name = "proflab_lab_under_test"
+    spec = importlib.util.spec_from_file_location(name, shown_as or path, loader=SourceFileLoader(name, str(path)))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     try:
@@ -245,7 +250,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("preimport"):
         _preimport()
     mark(b"B")  # from here on, all is the lab file's: its import counts as part of its first step
-    module = _import(path)
+    module = _import(path, spec.get("shown_as"))
     pipeline = getattr(module, "pipeline", None)
     if not callable(pipeline):
         raise _Failure("missing", f"{path.name} defines no function pipeline(cfg); the checker calls "

@@ -51,3 +51,25 @@ def fix_for_plugin(path: str | Path, data: dict | None = None) -> int:
         else:
             write_text(path, text)
     return changed
+
+
+def publish(trace: str | Path, folder: str | Path) -> Path:
+    """Move ``trace`` from a run's private folder into the TensorBoard run folder ``folder``.
+
+    Each check and each ``proflab run`` writes its traces apart, so two of
+    them on the same lab at once (two terminals, or a ``check`` beside a
+    ``grade``) never delete each other's. Once read, a trace replaces the ones
+    in its run folder, under a lock on the lab's runs folder.
+    """
+    import fcntl
+    import shutil
+
+    trace, folder = Path(trace), Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / ".lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for old in folder.glob("*.pt.trace.json*"):
+            old.unlink(missing_ok=True)
+        target = folder / trace.name
+        shutil.move(str(trace), target)
+    return target

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import torch
 
-from . import build_once
+from . import build_once, save
 
 NUM_BATCHES = 64
 BATCH = 4  # sequences per batch
@@ -40,7 +40,7 @@ def _write_tokens(folder: Path) -> None:
     running = inputs.cumsum(dim=2) / positions
     mix = torch.randn(DIM, DIM, generator=g) / DIM ** 0.5
     targets = inputs + torch.tanh(running @ mix)
-    torch.save({"inputs": inputs, "targets": targets}, folder / "tokens.pt")
+    save({"inputs": inputs, "targets": targets}, folder / "tokens.pt")
 
 
 def ensure_tokens(data_dir: str | os.PathLike) -> Path:

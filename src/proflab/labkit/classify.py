@@ -19,7 +19,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from . import build_once
+from . import build_once, save
 
 NUM_BATCHES = 48
 BATCH = 1024  # samples per batch
@@ -36,7 +36,7 @@ def _write_features(folder: Path) -> None:
     centres = torch.randn(CLASSES, FEATURES, generator=g)
     labels = torch.randint(0, CLASSES, (NUM_BATCHES, BATCH), generator=g)
     inputs = centres[labels] + 1.5 * torch.randn(NUM_BATCHES, BATCH, FEATURES, generator=g)
-    torch.save({"inputs": inputs, "labels": labels}, folder / "features.pt")
+    save({"inputs": inputs, "labels": labels}, folder / "features.pt")
 
 
 def ensure_features(data_dir: str | os.PathLike) -> Path:

@@ -28,7 +28,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from . import build_once
+from . import build_once, save
 
 NUM_REQUESTS = 6144
 USER_VOCAB = 100_000  # rows of the user table
@@ -59,8 +59,8 @@ def _write_requests(folder: Path) -> None:
     item_lengths = torch.randint(ITEM_BAG[0], ITEM_BAG[1] + 1, (NUM_REQUESTS,), generator=g)
     user_ids, user_offsets = _bags(user_lengths, USER_VOCAB, g)
     item_ids, item_offsets = _bags(item_lengths, ITEM_VOCAB, g)
-    torch.save({"user_ids": user_ids, "user_offsets": user_offsets,
-                "item_ids": item_ids, "item_offsets": item_offsets}, folder / "requests.pt")
+    save({"user_ids": user_ids, "user_offsets": user_offsets,
+          "item_ids": item_ids, "item_offsets": item_offsets}, folder / "requests.pt")
 
 
 def ensure_requests(data_dir: str | os.PathLike) -> Path:

@@ -1,0 +1,133 @@
+"""Where a grading's verdicts are kept the moment they are made: the journal.
+
+``proflab grade`` appends each verdict to a journal next to its output (one
+JSON line per submission, flushed to disk), so an interruption (Ctrl-C, a CI
+timeout's SIGTERM, a dropped SSH session, even a SIGKILL) loses at most the
+submission being graded. ``proflab grade --resume`` reads it back and grades
+only what it does not hold: a submission whose file changed since, or that
+the kit could not grade, is graded again. The journal is removed once the
+outputs of a finished grading are written.
+
+The first line says what was being graded (the folder, the lab, the device,
+the rounds); a journal of another grading is never resumed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import __version__, paths
+from .checks import Report
+
+FORMAT = 1
+
+
+class JournalError(Exception):
+    """The journal cannot be used as asked (a usage error: the message says what to do)."""
+
+
+def location(folder: Path, out: str | None, json_out: str | None) -> Path:
+    """Next to the output file; for output on stdout, in the kit's state folder, one per class folder."""
+    if out or json_out:
+        target = Path(out or json_out)
+        return target.with_name(f".{target.name}.journal")
+    key = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:12]
+    return paths.state_dir() / "grade" / f"{folder.resolve().name or 'folder'}-{key}.journal"
+
+
+def file_sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+@dataclass
+class Entry:
+    shown: str
+    sha256: str
+    report: Report
+
+
+@dataclass
+class Journal:
+    path: Path
+    header: dict[str, Any]
+    entries: dict[str, Entry] = field(default_factory=dict)  # by the submission's path in the folder
+
+    @classmethod
+    def begin(cls, path: Path, header: dict[str, Any], resume: bool, restart: bool) -> "Journal":
+        """A new journal, or (``resume``) the one at ``path``, read back."""
+        header = {"journal": FORMAT, "proflab": __version__, **header}
+        exists = path.exists()
+        if resume:
+            if not exists:
+                raise JournalError(f"--resume: there is no unfinished grading to resume ({paths.display(path)} "
+                                   "does not exist); run without --resume")
+            journal = cls.read(path)
+            theirs = {k: journal.header.get(k) for k in header if k not in ("journal", "proflab")}
+            ours = {k: v for k, v in header.items() if k not in ("journal", "proflab")}
+            if theirs != ours:
+                differ = ", ".join(f"{k} {theirs[k]!r} (now {ours[k]!r})" for k in ours if theirs[k] != ours[k])
+                raise JournalError(f"--resume: {paths.display(path)} is the journal of another grading "
+                                   f"({differ}); resume it with the same folder and options, or use --restart")
+            return journal
+        if exists and not restart:
+            done = len(cls.read(path).entries) if path.stat().st_size else 0
+            raise JournalError(f"{paths.display(path)} holds {done} verdict{'s' if done != 1 else ''} of an "
+                               "unfinished grading: --resume continues it, --restart grades everything again")
+        journal = cls(path, header)
+        journal._write_line(header, mode="w")
+        return journal
+
+    @classmethod
+    def read(cls, path: Path) -> "Journal":
+        """A journal from its file; a last line cut short by an interruption is left out."""
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as e:
+            raise JournalError(f"cannot read {paths.display(path)}: {e.strerror or e}") from None
+        records = []
+        for line in lines:
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue  # the line being written when it stopped
+        if not records or records[0].get("journal") != FORMAT:
+            raise JournalError(f"{paths.display(path)} is not a grading journal this version can read; "
+                               "use --restart")
+        journal = cls(path, records[0])
+        for record in records[1:]:
+            try:
+                journal.entries[record["file"]] = Entry(record["file"], record["sha256"],
+                                                        Report.from_dict(record["report"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return journal
+
+    def done(self, shown: str, path: Path) -> Report | None:
+        """The journaled report of a submission, if it was graded and its file has not changed since."""
+        entry = self.entries.get(shown)
+        if entry is None or entry.report.verdict == "error" or entry.sha256 != file_sha256(path):
+            return None
+        return entry.report
+
+    def add(self, shown: str, path: Path, report: Report) -> None:
+        entry = Entry(shown, file_sha256(path), report)
+        self.entries[shown] = entry
+        self._write_line({"file": shown, "sha256": entry.sha256, "report": report.as_dict()})
+
+    def _write_line(self, record: dict[str, Any], mode: str = "a") -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, mode, encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)

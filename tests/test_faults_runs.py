@@ -1,0 +1,377 @@
+"""Faults around a run and a grading: real processes, real signals, real files, a real full disk.
+
+Each test here is one way a workshop day goes wrong: a learner's file that
+starts processes in a session of their own, the terminal closing, a second
+Ctrl-C, a grading stopped half-way, a full disk, two checks of one lab at
+once, a file saved during its own check. Lab 2 is used throughout: its check
+is the quickest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from conftest import Kit, as_in_a_terminal, explain, statuses
+
+LAB = "02_embeddings"
+NO_AUDIT = {"PROFLAB_AUDIT": "off"}  # the files below start processes, which the source audit refuses
+
+
+def lab_file(kit: Kit, name: str, tail: str, head: str = "") -> Path:
+    """The lab's reference solution with ``head`` before it and ``tail`` after it, in the lab folder."""
+    path = kit.root / "labs" / LAB / name
+    path.write_text(head + (kit.root / "labs" / LAB / "solution.py").read_text() + "\n" + tail)
+    return path
+
+
+def start(kit: Kit, *args: str, extra_env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "proflab", *args], cwd=kit.root,
+                            env={**kit.env(), **(extra_env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal)
+
+
+def alive_with(word: str) -> list[str]:
+    """Command lines of live processes that mention ``word``, whatever their session or group."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if word in command and state not in "ZX" and int(entry) != os.getpid():
+            found.append(f"{entry}: {command}")
+    return found
+
+
+def wait_gone(word: str, within_s: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + within_s
+    while (left := alive_with(word)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def wait_for(predicate, within_s: float, what: str) -> None:
+    deadline = time.monotonic() + within_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def runner_started(kit: Kit) -> bool:
+    return any(p.is_dir() for p in (kit.root / ".proflab" / "tmp").glob("run-*"))
+
+
+@contextmanager
+def mounted_tmpfs(where: Path, size: str, read_only: bool = False):
+    where.mkdir(parents=True, exist_ok=True)
+    options = f"size={size}" + (",ro" if read_only else "")
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs (a real full disk, a real read-only folder)")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+# --- 2. nothing a run starts outlives it ------------------------------------------------
+
+ESCAPES = '''
+import os, subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)  # MARK-popen"], start_new_session=True)
+if os.fork() == 0:  # a double fork into a session of its own
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(900)  # MARK-setsid"])
+    os._exit(0)
+'''
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_processes_a_lab_file_starts_in_a_new_session_do_not_outlive_its_run(fresh_kit, command):
+    mark = f"escapes-{command}"
+    path = lab_file(fresh_kit, f"{mark}.py", "", head=ESCAPES.replace("MARK", mark))
+    args = [command, "2", "--file", str(path)] + (["--rounds", "1"] if command == "check" else [])
+    proc = subprocess.run([sys.executable, "-m", "proflab", *args], cwd=fresh_kit.root,
+                          env={**fresh_kit.env(), **NO_AUDIT}, capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert wait_gone(mark, within_s=5) == [], "processes of the run outlived it"
+    if command == "check":
+        assert proc.returncode in (0, 1, 4), proc.stdout + proc.stderr  # graded (the verdict is not the point)
+
+
+# --- 3. SIGHUP, and a second Ctrl-C during the kill sequence --------------------------------
+
+HANGS = '''
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a program that shrugs off a polite stop
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+def pipeline(cfg):
+    while True:
+        time.sleep(1)  # MARK
+        yield {"scores": 0.0}
+'''
+
+
+@pytest.mark.parametrize("signals", [(signal.SIGHUP,), (signal.SIGINT, signal.SIGINT)], ids=["hangup", "two-ctrl-c"])
+def test_closing_the_terminal_or_a_second_ctrl_c_leaves_nothing_running(fresh_kit, signals):
+    mark = f"hangs-{signals[0].name.lower()}-{len(signals)}"
+    path = fresh_kit.root / "labs" / LAB / f"{mark}.py"
+    path.write_text(HANGS.replace("MARK", mark))
+    proc = start(fresh_kit, "check", "2", "--file", str(path), extra_env=NO_AUDIT)
+    try:
+        wait_for(lambda: alive_with(mark) or alive_with("proflab.runner"), 60, "the runner to start")
+        time.sleep(3)  # it is importing the lab file, or sleeping in its first step
+        for sig in signals:
+            proc.send_signal(sig)
+            time.sleep(0.3)
+        proc.wait(timeout=30)
+        assert proc.returncode == 130, proc.stderr.read()
+        assert wait_gone("proflab.runner") == [] and wait_gone(mark) == []
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# --- 1. an interrupted grading keeps its verdicts, and --resume finishes it ----------------------
+
+def class_folder(kit: Kit, names: list[str]) -> Path:
+    folder = kit.root / "class"
+    for name in names:
+        (folder / name).mkdir(parents=True)
+        (folder / name / "2.py").write_text((kit.root / "labs" / LAB / "solution.py").read_text())
+    return folder
+
+
+def test_an_interrupted_grading_leaves_partial_outputs_and_resume_grades_each_submission_once(fresh_kit, tmp_path):
+    folder = class_folder(fresh_kit, ["ann", "ben", "cat"])
+    junit, record = tmp_path / "out" / "grades.xml", tmp_path / "out" / "grades.json"
+    args = ["grade", str(folder), "--format", "junit", "--out", str(junit), "--json-out", str(record),
+            "--rounds", "1"]
+    journal = junit.with_name(f".{junit.name}.journal")
+    proc = start(fresh_kit, *args)
+    try:  # SIGTERM, as a CI job's timeout sends it, once the first verdict is in the journal
+        wait_for(lambda: journal.exists() and len(journal.read_text().splitlines()) >= 2, 240, "a first verdict")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    stderr = proc.stderr.read()
+    assert proc.returncode == 130, stderr
+    assert "--resume" in stderr and "Traceback" not in stderr
+    partial = json.loads(record.read_text())
+    done = [s["learner"] for s in partial["submissions"]]
+    assert partial["partial"] is True and len(done) >= 1, partial["summary"]
+    assert sorted(done + [s["learner"] for s in partial["not_yet_graded"]]) == ["ann", "ben", "cat"]
+    suites = ET.parse(junit).getroot()
+    assert "partial" in suites.get("name")
+    assert [s for s in suites if s.get("name") == "not graded yet (interrupted)"]
+    assert journal.exists()
+
+    again = fresh_kit.run(*args)  # without --resume: refused, nothing lost
+    assert again.returncode == 2 and "--resume" in again.stderr
+    assert journal.exists()
+
+    resumed = fresh_kit.run(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"Resuming: {len(done)} of 3" in resumed.stderr
+    final = json.loads(record.read_text())
+    assert final["partial"] is False and final["not_yet_graded"] == []
+    assert sorted(s["learner"] for s in final["submissions"]) == ["ann", "ben", "cat"]
+    before = {s["learner"]: s for s in partial["submissions"]}
+    for sub in final["submissions"]:  # graded once: a resumed verdict is the journaled one, timings and all
+        assert sub["verdict"] == "passed", sub
+        if sub["learner"] in before:
+            assert sub["timings"] == before[sub["learner"]]["timings"]
+    assert final["summary"]["resumed"] == len(done)
+    assert not journal.exists()  # a finished grading leaves no journal behind
+
+
+def test_a_submission_the_kit_cannot_grade_is_listed_as_not_graded_with_no_score(fresh_kit, tmp_path):
+    folder = class_folder(fresh_kit, ["ann"])
+    original = fresh_kit.root / "labs" / LAB / "original.py"
+    original.write_text(original.read_text() + "\n# edited\n")  # the kit's side is broken, not the learner's
+    proc = fresh_kit.run("grade", str(folder), "--out", str(tmp_path / "g.json"))
+    assert proc.returncode == 3, proc.stderr
+    sub = json.loads((tmp_path / "g.json").read_text())["submissions"][0]
+    assert sub["verdict"] == "error" and sub["score"] is None and "edited" in sub["error"]
+    assert "not graded" in proc.stderr.lower()
+
+
+# --- 6. the kit's own failures are never the learner's ------------------------------------------
+
+def test_a_full_disk_is_the_kits_failure_and_leaves_progress_as_it_was(fresh_kit):
+    state = fresh_kit.root / ".proflab"
+    progress = {"labs": {"embeddings": {"status": "passed", "checks": 3}}}
+    with mounted_tmpfs(state, "64k"):
+        (state / "progress.json").write_text(json.dumps(progress))
+        proc = fresh_kit.run("check", "2", "--file", str(fresh_kit.root / "labs" / LAB / "solution.py"), "--json")
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["verdict"] == "error" and "full" in report["error"], report["error"]
+        assert "sys.exit" not in proc.stdout and "crash" not in report["error"]
+        assert json.loads((state / "progress.json").read_text()) == progress
+        plain = fresh_kit.run("check", "2", "--file", str(fresh_kit.root / "labs" / LAB / "solution.py"))
+        assert plain.returncode == 3 and "Traceback" not in plain.stdout + plain.stderr
+        assert "not your fix" in plain.stdout
+
+
+def test_two_checks_of_one_lab_at_once_keep_their_traces_apart(fresh_kit):
+    solution = str(fresh_kit.root / "labs" / LAB / "solution.py")
+    procs = [start(fresh_kit, "check", "2", "--file", solution, "--json", "--rounds", "1") for _ in range(2)]
+    try:
+        outputs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    for (stdout, stderr), p in zip(outputs, procs):
+        report = json.loads(stdout)
+        assert statuses(report)["evidence"] == "passed", explain(report)
+        assert p.returncode in (0, 4), explain(report)  # passed, or too noisy to call beside the other
+    traces = list((fresh_kit.root / "runs" / "02-embeddings" / "original").glob("*.pt.trace.json*"))
+    assert len(traces) == 1  # the last one published; TensorBoard sees one trace per run
+
+
+# --- 7. the file is graded as it was when the check started --------------------------------------
+
+def test_saving_the_file_during_its_own_check_changes_nothing_graded(fresh_kit):
+    path = lab_file(fresh_kit, "mine.py", "")
+    proc = start(fresh_kit, "check", "2", "--file", str(path), "--json", "--rounds", "2")
+    try:
+        wait_for(lambda: runner_started(fresh_kit), 60, "the first run")
+        path.write_text("def pipeline(cfg):\n    this is not Python\n")  # saved mid-check
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+        proc.wait()
+    report = json.loads(stdout)
+    assert report["verdict"] == "passed" or proc.returncode == 4, explain(report)
+    assert statuses(report)["runs"] == "passed" and report["file"] == str(path)
+    assert "not Python" in path.read_text()  # the learner's file is theirs: never written back
+
+
+# --- 5. memory as the machine pays for it, and a bound on what the checker reads ---------------------
+
+def test_sixty_forked_children_are_not_counted_sixty_times(fresh_kit):
+    forks = '''
+import os, time
+kids = []
+for _ in range(60):  # each shares its parent's pages: torch and all
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(900)
+        os._exit(0)
+    kids.append(pid)
+'''
+    path = lab_file(fresh_kit, "forks60.py", "", head=forks)
+    proc = fresh_kit.run("run", "2", "--file", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "memory" not in proc.stderr
+    assert wait_gone("forks60", within_s=5) == []
+
+
+def test_a_run_that_yields_too_much_is_stopped_before_the_checker_reads_it(fresh_kit):
+    path = lab_file(fresh_kit, "yields_a_lot.py", "", head="")
+    source = path.read_text().replace('yield {"scores": scores.cpu()}',
+                                      'yield {"scores": scores.cpu(), "extra": torch.zeros(300_000)}')
+    path.write_text(source)
+    code, report = fresh_kit.check_json("2", "--file", str(path), "--rounds", "1")
+    assert code == 1, explain(report)
+    runs = next(c for c in report["checks"] if c["name"] == "runs")
+    assert runs["status"] == "failed" and "MB of values" in runs["rationale"], runs
+
+
+# --- 12. options are checked before anything runs ------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ["check", "2", "--timeout", "-1"], ["check", "2", "--timeout", "0"], ["check", "2", "--timeout", "nan"],
+    ["check", "2", "--timeout", "inf"], ["run", "2", "--timeout", "0"], ["check", "2", "--rounds", "0"],
+    ["check", "2", "--timeout", "soon"],
+])
+def test_bad_options_are_usage_errors(fresh_kit, args):
+    proc = fresh_kit.run(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and args[-1] in proc.stderr
+    assert not (fresh_kit.root / ".proflab" / "progress.json").exists()  # nothing recorded
+
+
+def test_grade_refuses_outputs_that_collide_or_land_in_the_class_folder(fresh_kit, tmp_path):
+    folder = class_folder(fresh_kit, ["ann"])
+    submission = folder / "ann" / "2.py"
+    kept = submission.read_bytes()
+    same = fresh_kit.run("grade", str(folder), "--out", str(tmp_path / "x.json"), "--json-out", str(tmp_path / "x.json"))
+    assert same.returncode == 2 and "same file" in same.stderr
+    inside = fresh_kit.run("grade", str(folder), "--json-out", str(submission))
+    assert inside.returncode == 2 and "inside the class folder" in inside.stderr
+    assert submission.read_bytes() == kept
+
+
+# --- 9. unwritable folders are the machine's, said plainly --------------------------------------
+
+def test_a_read_only_state_folder_is_a_clear_kit_error(fresh_kit):
+    with mounted_tmpfs(fresh_kit.root / ".proflab", "1m", read_only=True):
+        for args in (["check", "2"], ["run", "2"]):
+            proc = fresh_kit.run(*args)
+            assert proc.returncode == 3, proc.stdout + proc.stderr
+            text = proc.stdout + proc.stderr
+            assert "Traceback" not in text and "Read-only file system" in text, text
+
+
+def test_a_tree_that_keeps_forking_into_new_sessions_is_stopped_whole():
+    """The kill sequence freezes the tree before it kills it, so forking faster than it is killed does not help."""
+    from proflab import processes
+
+    processes.become_subreaper()
+    others = processes.children_of_mine()
+    spawner = ("import os, time\n"
+               "while True:\n"
+               "    if os.fork() == 0:\n"
+               "        os.setsid()\n"
+               "        time.sleep(900)  # forks-forever\n"
+               "        os._exit(0)\n"
+               "    time.sleep(0.02)\n")
+    proc = subprocess.Popen([sys.executable, "-c", spawner], start_new_session=True)
+    tree = processes.Tree(proc.pid, others)
+    try:
+        wait_for(lambda: len(tree.scan()) > 20, 30, "the tree to grow")
+        killed = tree.kill()
+        proc.wait(timeout=10)
+        assert len(killed) > 20
+        assert wait_gone("forks-forever", within_s=5) == [] and tree.scan() == []
+        assert all(processes.stat(pid) is None for pid in killed)  # killed and reaped: no zombies left
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_check_on_an_incomplete_copy_of_the_data_repairs_it_before_any_run(kit, tmp_path):
+    import shutil
+
+    from conftest import make_kit
+
+    copy = make_kit(tmp_path)
+    shutil.copytree(kit.root / "data", copy.root / "data")
+    for path in (copy.root / "data" / "requests").iterdir():
+        if path.name != "READY":
+            path.unlink()  # a partial copy: the instructor's copy was cut short
+    code, report = copy.check_json("2", "--file", str(copy.root / "labs" / LAB / "solution.py"), "--rounds", "1")
+    assert report["verdict"] != "error" and statuses(report)["runs"] == "passed", explain(report)
+    assert "FileNotFoundError" not in json.dumps(report)
