@@ -375,3 +375,122 @@ def test_a_check_on_an_incomplete_copy_of_the_data_repairs_it_before_any_run(kit
     code, report = copy.check_json("2", "--file", str(copy.root / "labs" / LAB / "solution.py"), "--rounds", "1")
     assert report["verdict"] != "error" and statuses(report)["runs"] == "passed", explain(report)
     assert "FileNotFoundError" not in json.dumps(report)
+
+
+# --- what the checker reads from the run is read as the learner's -------------------------------
+
+def test_a_result_file_the_run_replaced_is_read_as_a_failed_run(tmp_path):
+    from proflab import execute
+
+    good = {"status": "ok", "window_s": 0.1, "device": "cpu", "results": [], "steps_done": 1, "trace": None,
+            "torch": "2", "threads": 1}
+    cases = {
+        "link": lambda p: p.symlink_to("/dev/zero"),
+        "fifo": lambda p: os.mkfifo(p),
+        "deep": lambda p: p.write_text("[" * 200_000),
+        "huge": lambda p: p.write_bytes(b" " * (execute.RESULT_MAX_BYTES + 1)),
+        "not a dict": lambda p: p.write_text("[1, 2]"),
+        "window as text": lambda p: p.write_text(json.dumps({**good, "window_s": "fast"})),
+        "no results": lambda p: p.write_text(json.dumps({k: v for k, v in good.items() if k != "results"})),
+        "message not text": lambda p: p.write_text(json.dumps({"status": "error", "message": [1]})),
+    }
+    for name, make in cases.items():
+        path = tmp_path / f"{name}.json"
+        make(path)
+        result = execute._read_result(path, 0)
+        assert result["status"] == "error" and result["kind"] in ("crash", "too_much"), (name, result)
+    (tmp_path / "good.json").write_text(json.dumps(good))
+    assert execute._read_result(tmp_path / "good.json", 0) == good
+
+
+def test_a_trace_named_outside_the_runs_own_folder_is_never_read_or_moved(tmp_path):
+    from proflab import execute
+
+    elsewhere = tmp_path / "class" / "alice.py"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("print('my submission')\n")
+    import hashlib
+
+    outcome = execute.Outcome("learner", elsewhere, "ok", result={
+        "trace": str(elsewhere), "trace_sha256": hashlib.sha256(elsewhere.read_bytes()).hexdigest()})
+    (tmp_path / "traces").mkdir()
+    execute._take_trace(outcome, str(tmp_path / "traces"))
+    assert outcome.status == "error" and outcome.result["kind"] == "trace"
+    assert elsewhere.read_text() == "print('my submission')\n"
+
+
+TAMPERS = {
+    "original": '''
+import glob
+for copy in glob.glob("../../.proflab/tmp/check-*/original/original.py"):
+    with open(copy, "a") as f:
+        f.write("\\n# made slower\\n")
+''',
+    "data": '''
+import glob, os
+for path in glob.glob("../../data/requests/*.pt"):
+    os.utime(path, (0, 0))  # a rewrite, as far as the checker can tell
+''',
+}
+
+
+@pytest.mark.parametrize("what", sorted(TAMPERS))
+def test_a_run_that_changes_what_the_original_runs_from_fails(fresh_kit, tmp_path, what):
+    import shutil
+
+    from conftest import make_kit
+
+    kit = fresh_kit
+    if what == "data":  # a copy of its own: this one is damaged
+        kit = make_kit(tmp_path / "own")
+        shutil.copytree(fresh_kit.root / "data", kit.root / "data")
+    path = lab_file(kit, f"tampers_{what}.py", "", head=TAMPERS[what])
+    proc = subprocess.run([sys.executable, "-m", "proflab", "check", "2", "--file", str(path), "--json",
+                           "--rounds", "1"], cwd=kit.root, env={**kit.env(), **NO_AUDIT},
+                          capture_output=True, text=True, timeout=300)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1, explain(report)
+    runs = next(c for c in report["checks"] if c["name"] == "runs")
+    assert runs["status"] == "failed" and "changed during its run" in runs["rationale"], runs
+    if what == "data":  # never trusted again as it is: the next check rebuilds it
+        assert not (kit.root / "data" / "requests" / "READY").exists()
+
+
+def test_a_run_that_fills_the_disk_fails_as_its_own_doing(fresh_kit):
+    fills = '''
+with open("../../.proflab/filler.bin", "wb") as f:
+    for _ in range(400):
+        f.write(b"x" * (1 << 20))
+'''
+    with mounted_tmpfs(fresh_kit.root / ".proflab", "300m"):
+        path = lab_file(fresh_kit, "fills.py", "", head=fills)
+        proc = subprocess.run([sys.executable, "-m", "proflab", "check", "2", "--file", str(path), "--json",
+                               "--rounds", "1"], cwd=fresh_kit.root, env={**fresh_kit.env(), **NO_AUDIT},
+                              capture_output=True, text=True, timeout=300)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and report["verdict"] == "failed", explain(report)
+    runs = next(c for c in report["checks"] if c["name"] == "runs")
+    assert "filled up during its run" in runs["rationale"] or "No space" in runs["rationale"], runs
+
+
+def test_the_journal_keeps_the_fingerprint_of_what_was_graded_and_refuses_another_grading(tmp_path):
+    from proflab import checks, journal
+
+    sub = tmp_path / "alice.py"
+    sub.write_text("graded version\n")
+    report = checks.Report(lab="embeddings", number=2, title="t", file=str(sub), label="grade-alice",
+                           checks=[checks.Check(*c) for c in checks.CHECKS], verdict="passed")
+    report.file_sha256 = journal.file_sha256(sub)
+    header = {"folder": str(tmp_path), "lab": None, "labs": {"02-embeddings": "a" * 64}}
+    book = journal.Journal.begin(tmp_path / ".j", header, resume=False, restart=False)
+    sub.write_text("changed while it was graded\n")  # the file on disk is not what was graded
+    book.add("alice.py", sub, report)
+    again = journal.Journal.begin(tmp_path / ".j", header, resume=True, restart=False)
+    assert again.done("alice.py", sub) is None  # graded again: the verdict was for other bytes
+    sub.write_text("graded version\n")
+    assert again.done("alice.py", sub).verdict == "passed"
+    with pytest.raises(journal.JournalError, match="manifests have changed"):
+        journal.Journal.begin(tmp_path / ".j", {**header, "labs": {"02-embeddings": "b" * 64}}, resume=True,
+                              restart=False)
+    with pytest.raises(journal.JournalError, match="--resume continues it"):
+        journal.Journal.begin(tmp_path / ".j", header, resume=False, restart=False)

@@ -158,7 +158,8 @@ def test_each_learner_gets_a_verdict_and_the_points_of_the_labs_grading_table(gr
     files = {s["learner"]: s["file"] for s in graded.record["submissions"]}
     assert files["dave"] == "dave__90.py" and files["erin"] == "erin/90-calibration.py"
     assert graded.record["summary"] == {"learners": 7, "submissions": 6, "passed": 1, "failed": 4,
-                                        "inconclusive": 1, "not_graded": 0, "files_not_graded": 3}
+                                        "inconclusive": 1, "not_graded": 0, "files_not_graded": 3,
+                                        "not_yet_graded": 0, "resumed": 0}
 
 
 def test_the_json_record_has_check50_like_checks_and_the_raw_timings(graded):

@@ -16,6 +16,7 @@ later checks are reported as skipped.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -83,6 +84,7 @@ class Report:
     breakdown: dict[str, dict[str, Any]] = field(default_factory=dict)  # where a profiled step's time went
     traces: dict[str, str] = field(default_factory=dict)
     trace_sha256: dict[str, str] = field(default_factory=dict)  # as each run sent it, the moment it was written
+    file_sha256: str = ""  # of the copy of the learner's file taken when the check started: what was graded
     audited: bool = True  # False only when the source audit was turned off (the kit's own tests)
     refused: list[dict[str, Any]] = field(default_factory=list)  # what the source audit refused, line by line
     runs_dir: str = ""
@@ -191,6 +193,16 @@ def runtime_failure(check: Check, outcome: execute.Outcome, lab: labs.Lab, timeo
         check.failed(f"{name}: {r.get('message', '')}", "every step marked, in order, as the kit's runner marks it",
                      "marks missing or out of order", "leave the kit's runner, its pipe and its file descriptors "
                      "alone; if you did not touch them, run `proflab run` to see whether the run ends early")
+    elif kind == "tampered":
+        check.failed(f"{name}: {r.get('message', '')}", "the original and the lab's data left as they are",
+                     "changed", "a lab file reads the lab's data through the lab's own classes, and writes nothing")
+    elif kind == "disk":
+        check.failed(f"{name}: {r.get('message', '')}", "a run that leaves the disk with room", "a full disk",
+                     "look for files your program writes (a cache, a log, a copy of the data): free the space, "
+                     "then check again")
+    elif kind == "left_running":
+        check.failed(f"{name}: {r.get('message', '')}", "every process it starts stops with it", "stuck processes",
+                     "look for processes that wait on a device or a file that never answers")
     elif kind == "trace":
         check.failed(f"{name}: {r.get('message', '')}", "the trace as the profiler wrote it", "a different file",
                      "leave the trace files alone: the checker reads them as the profiler wrote them")
@@ -248,13 +260,14 @@ def check(
                                 f"{file} is a folder, not a file" if isinstance(e, IsADirectoryError) else
                                 f"{file} could not be read: {e.strerror or e}")
                 return report
+            report.file_sha256 = labs.sha256(learner)
             try:
-                _prepare_data(lab)
+                data = _prepare_data(lab)
                 _grade(lab, learner, label, device, rounds, timeout, report, on_progress,
-                       workdir=workdir or Path(file).resolve().parent, work=work, shown_as=Path(file))
+                       workdir=workdir or Path(file).resolve().parent, work=work, shown_as=Path(file), data=data)
             finally:
                 _publish_traces(lab, label, report)
-            _name_the_file(report, learner, Path(file))
+                name_the_file(report, learner, Path(file))
     except NotGraded as e:
         report.verdict = "error"
         report.error = f"{e}. This is the kit's or the machine's failure, not your fix's"
@@ -263,16 +276,47 @@ def check(
     return report
 
 
-def _prepare_data(lab: labs.Lab) -> None:
+def _prepare_data(lab: labs.Lab) -> Path | None:
     """The lab's data, verified by content (and rebuilt if a copy is incomplete), before any run."""
     if not lab.data:
-        return
+        return None
     from .labkit import DataError, prepare
 
     try:
-        prepare(lab.data, paths.data_dir())
+        return Path(prepare(lab.data, paths.data_dir()))
     except (DataError, OSError) as e:
         raise NotGraded(f"lab {lab.number}'s data is not ready ({e}); run `proflab data` to see why") from None
+
+
+def fingerprint(folder: Path | None) -> dict[str, tuple[int, int, int]]:
+    """Each file of a data folder with its size, modification time and inode: what a rewrite changes."""
+    found: dict[str, tuple[int, int, int]] = {}
+    if folder is None:
+        return found
+    try:
+        for entry in os.scandir(folder):
+            st = entry.stat(follow_symlinks=False)
+            found[entry.name] = (st.st_size, st.st_mtime_ns, st.st_ino)
+    except OSError:
+        pass
+    return found
+
+
+def _tampering(original: Path, lab: labs.Lab, data: Path | None, data_print: dict) -> str:
+    """What a learner's run changed of what the original is run from (its copy, the lab's data), or ""."""
+    try:
+        intact = labs.sha256(original) == lab.original_sha256
+    except OSError:
+        intact = False
+    if not intact:
+        return "the checker's copy of the original was changed during its run"
+    if fingerprint(data) != data_print:
+        try:
+            (data / "READY").unlink(missing_ok=True)  # rebuilt before the next check: never used again as it is
+        except OSError:
+            pass
+        return f"the lab's data in {paths.display(data)} was changed during its run"
+    return ""
 
 
 def _publish_traces(lab: labs.Lab, label: str, report: Report) -> None:
@@ -287,21 +331,27 @@ def _publish_traces(lab: labs.Lab, label: str, report: Report) -> None:
             report.traces.pop(which)  # the verdict stands; only its view in TensorBoard is missing
 
 
-def _name_the_file(report: Report, snapshot_path: Path, file: Path) -> None:
+def name_the_file(report: Report, snapshot_path: Path, file: Path) -> None:
     """What the report says about the snapshot, said of the learner's own file."""
     report.file = str(file)
     for where in {str(snapshot_path), str(snapshot_path.resolve())}:
         report.traceback = report.traceback.replace(where, str(file))
         report.error = report.error.replace(where, str(file))
+        report.output = report.output.replace(where, str(file))
         for c in report.checks:
             c.rationale, c.actual = c.rationale.replace(where, str(file)), c.actual.replace(where, str(file))
             c.details = [line.replace(where, str(file)) for line in c.details]
 
 
 def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progress: Progress, *,
-           workdir: Path, work: Path, shown_as: Path) -> None:
+           workdir: Path, work: Path, shown_as: Path, data: Path | None = None) -> None:
     runs, same, proof, faster = (report.check(n) for n, *_ in CHECKS)
-    original = snapshot(lab.original, work / "original")
+    try:
+        original = snapshot(lab.original, work / "original")
+    except OSError as e:
+        raise NotGraded(f"the lab's original {paths.display(lab.original)} cannot be read ({e.strerror or e})") \
+            from None
+    data_print = fingerprint(data)
     if labs.sha256(original) != lab.original_sha256:
         report.verdict = "error"
         report.error = (f"{lab.original} was edited, so there is nothing trustworthy to compare against. "
@@ -341,6 +391,8 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
             raise NotGraded(str(e)) from None
         if outcome.status == "kit":
             raise NotGraded(outcome.result.get("message", "the kit failed"))
+        if which == "learner" and (changed := _tampering(original, lab, data, data_print)):
+            outcome.status, outcome.result = "error", {"kind": "tampered", "message": changed}
         if outcome.ok and device == "auto":  # both versions then run where the first one did
             device = outcome.result["device"]
         if outcome.ok and first and outcome.result.get("trace"):

@@ -455,13 +455,16 @@ def cmd_grade(args) -> int:
     except (labs.LabNotFound, grade.GradeError) as e:
         raise UsageError(str(e)) from None
     if not found.submissions:
-        failed = grade_formats.write(args.format, grade.grade(found), args.out, args.json_out)
+        nothing = grade.grade(found)
+        failed = grade_formats.write(args.format, nothing, args.out, args.json_out)
+        _say(err, grade_formats.summary(nothing, *(p if p not in failed else None for p in (args.out, args.json_out))))
         raise UsageError(f"nothing to grade in {args.folder}: no file there names a lab")
     from .journal import Journal, JournalError, location
 
     where = location(Path(args.folder), args.out, args.json_out)
     header = {"folder": str(Path(args.folder).resolve()), "lab": only.number if only else None,
-              "device": args.device, "rounds": args.rounds, "timeout": args.timeout}
+              "device": args.device, "rounds": args.rounds, "timeout": args.timeout,
+              "labs": {lab.slug: labs.sha256(lab.folder / "lab.toml") for lab in known}}
     try:
         journal = Journal.begin(where, header, resume=args.resume, restart=args.restart)
     except JournalError as e:
@@ -473,16 +476,26 @@ def cmd_grade(args) -> int:
     else:
         err.print(f"[dim]Each verdict is saved in {escape(paths.display(where))} as it is made; if the grading "
                   "stops, run the same command with --resume.[/]")
-    with _status(f"Grading {len(found.submissions) - done} submissions, one at a time…") as update:
-        shown = grade_formats.Progress(err, update, verbose=args.verbose)
-        result = grade.grade(found, device=args.device, rounds=args.rounds, timeout_s=args.timeout,
-                             on_start=shown.start, on_progress=shown.step, on_done=shown.done, journal=journal)
-    with processes.shielded():  # the outputs are written whole, even on a second Ctrl-C
-        failed = grade_formats.write(args.format, result, args.out, args.json_out)
-        _say(err, grade_formats.summary(result, *(p if p not in failed else None
-                                                  for p in (args.out, args.json_out))))
-        if not result.partial and not failed:
-            journal.remove()
+    results: list[grade.Result] = []
+    try:
+        with _status(f"Grading {len(found.submissions) - done} submissions, one at a time…") as update:
+            shown = grade_formats.Progress(err, update, verbose=args.verbose)
+            results.append(grade.grade(found, device=args.device, rounds=args.rounds, timeout_s=args.timeout,
+                                      on_start=shown.start, on_progress=shown.step, on_done=shown.done,
+                                      journal=journal))
+    except (OSError, ValueError, KeyboardInterrupt):  # the terminal went away as the status line closed
+        if not results:
+            raise
+    result = results[0]
+    try:
+        with processes.shielded():  # the outputs are written whole, even on a second Ctrl-C
+            failed = grade_formats.write(args.format, result, args.out, args.json_out)
+            _say(err, grade_formats.summary(result, *(p if p not in failed else None
+                                                      for p in (args.out, args.json_out))))
+            if not result.partial and not failed and not result.not_graded:
+                journal.remove()  # kept while a submission is not graded: --resume grades those again
+    except KeyboardInterrupt:
+        pass  # a Ctrl-C held back while the outputs were written: they are written, the grading is done
     if result.partial:
         return 130
     if failed:

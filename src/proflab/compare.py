@@ -45,7 +45,18 @@ def _first_mismatch(a: Sequence, b: Sequence, rule: ResultRule) -> tuple[int, fl
 
 
 def compare(original: list[dict], learner: list[dict], rules: Sequence[ResultRule]) -> Difference | None:
-    """The first step and value where ``learner`` differs from ``original``, if any."""
+    """The first step and value where ``learner`` differs from ``original``, if any.
+
+    ``learner`` comes from a result file the learner's process could write: values not in the runner's
+    form (a step that is no table of values, a value without shape or data) are a difference too.
+    """
+    try:
+        return _compare(original, learner, rules)
+    except (TypeError, KeyError, ValueError, IndexError, AttributeError):
+        return Difference(0, "", "the values its steps yielded are not in the form the kit's runner records them")
+
+
+def _compare(original: list[dict], learner: list[dict], rules: Sequence[ResultRule]) -> Difference | None:
     if len(learner) != len(original):
         return Difference(min(len(learner), len(original)), "", f"{len(learner)} steps were recorded, "
                           f"the original recorded {len(original)}")

@@ -17,10 +17,13 @@ class KitError(RuntimeError):
 
 # Below this much free space, a run that failed may have failed for the disk, not for its code.
 LOW_DISK_BYTES = 32 * 1024 * 1024
+# A run is not started with less free space than this where it writes: its traces and result file fit
+# in far less, so a disk that fills during a run was filled by the run.
+RUN_NEEDS_BYTES = 256 * 1024 * 1024
 
 
-def low_disk(*folders: Path | str | None) -> str:
-    """A sentence naming the first of ``folders`` whose disk is (nearly) full, or ""."""
+def low_disk(*folders: Path | str | None, need: int = LOW_DISK_BYTES) -> str:
+    """A sentence naming the first of ``folders`` whose disk has less than ``need`` bytes free, or ""."""
     for folder in filter(None, folders):
         path = Path(folder)
         while not path.exists() and path != path.parent:
@@ -30,9 +33,9 @@ def low_disk(*folders: Path | str | None) -> str:
         except OSError:
             continue
         free = fs.f_bavail * fs.f_frsize
-        if free < LOW_DISK_BYTES or (fs.f_files and fs.f_favail == 0):
-            return (f"the disk holding {path} is full ({free / 1e6:.1f} MB free): the kit could not write "
-                    "what it needs; free some space and run it again")
+        if free < need or (fs.f_files and fs.f_favail == 0):
+            return (f"the disk holding {path} is full ({free / 1e6:.1f} MB free, and a run needs "
+                    f"{need / 1e6:.0f} MB): free some space and run it again")
     return ""
 
 

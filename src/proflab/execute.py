@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -131,6 +132,9 @@ def run(
     that failed while the disk it writes to was full.
     """
     w = lab.workload
+    full = errors.low_disk(_scratch_dir_path(), trace_dir, need=errors.RUN_NEEDS_BYTES)
+    if full:  # said before the run: a disk that fills during it is the run's doing
+        raise errors.KitError(full)
     try:
         scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_dir()))
     except OSError as e:
@@ -228,19 +232,20 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
     processes.become_subreaper()  # what the run starts and orphans is re-parented here, not to init
     others = processes.children_of_mine()
     started = time.perf_counter()
+    proc = tree = None
+    stopped, peak_mb = "", 0.0
     with out_file as out, err_file as err:
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "proflab.runner", str(scratch / "spec.json")],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=workdir, env=env,
-                start_new_session=True, pass_fds=(write_end,),
-            )
-        finally:
-            os.close(write_end)
-        tree = child["tree"] = processes.Tree(proc.pid, others)
-        reader.start()
-        stopped, peak_mb = "", 0.0
-        try:
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "proflab.runner", str(scratch / "spec.json")],
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=workdir, env=env,
+                    start_new_session=True, pass_fds=(write_end,),
+                )
+            finally:
+                os.close(write_end)
+            tree = child["tree"] = processes.Tree(proc.pid, others)
+            reader.start()
             while proc.poll() is None:
                 if time.perf_counter() - started > limit:
                     stopped = "timeout"
@@ -254,8 +259,12 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
                 except subprocess.TimeoutExpired:
                     pass
         finally:  # also on Ctrl-C: stop the run and every process it started, wherever it moved
-            _stop(proc, tree)
-            reader.join(timeout=5)
+            if proc is not None:
+                _stop(proc, tree or processes.Tree(proc.pid, others))
+            if reader.ident is None:  # the run never started: its end of the pipe is this process's to close
+                os.close(read_end)
+            else:
+                reader.join(timeout=5)
     outcome = Outcome(version=version, file=file, status="", wall_s=time.perf_counter() - started,
                       returncode=proc.returncode, stdout=_tail(out_path), stderr=_tail(err_path))
     if stopped == "timeout":
@@ -265,33 +274,69 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
         outcome.status = "error"
         outcome.result = {"kind": "memory", "message": f"used more than {memory_mb:.0f} MB of memory "
                           f"({peak_mb:.0f} MB, counting every process it started), and was stopped"}
-    elif result_path.exists() and result_path.stat().st_size > RESULT_MAX_BYTES:
-        outcome.status = "error"
-        outcome.result = {"kind": "too_much", "message": (
-            f"its steps yielded {result_path.stat().st_size / 1e6:.0f} MB of values, more than the "
-            f"{RESULT_MAX_BYTES / 1e6:.0f} MB the checker compares: yield what the original yields")}
-    elif result_path.exists():
-        try:
-            outcome.result = json.loads(result_path.read_text())
-        except (OSError, ValueError):
-            outcome.result = {"status": "error", "kind": "crash", "message": "its result file is not valid JSON"}
-        if not isinstance(outcome.result, dict):
-            outcome.result = {"status": "error", "kind": "crash", "message": "its result file is not a result"}
+    else:
+        outcome.result = _read_result(result_path, proc.returncode)
         outcome.status = "ok" if outcome.result.get("status") == "ok" else "error"
+        if outcome.result.get("kind") == "missing_result":
+            outcome.status = "crash"
+            outcome.result["kind"] = "crash"
         if outcome.ok:
             _from_outside(outcome, marks, spec, background_allowed)
         if outcome.ok and outcome.result.get("trace"):
-            _take_trace(outcome)
-    else:
-        outcome.status = "crash"
-        outcome.result = {"kind": "crash", "message": _crash_message(proc.returncode)}
+            _take_trace(outcome, spec.get("trace_dir"))
+    if tree.survivors:
+        outcome.status = "error"
+        outcome.result = {"kind": "left_running", "message": (
+            f"{len(tree.survivors)} process(es) it started could not be stopped (PIDs "
+            f"{', '.join(map(str, tree.survivors[:5]))}): they are stuck; look for a process waiting on a device")}
     if not outcome.ok and (full := errors.low_disk(scratch, spec.get("trace_dir"))):
-        outcome.status = "kit"  # it may have failed for the disk, not for its code: not the learner's failure
-        outcome.result = {"kind": "disk", "message": full}
+        # The disk had room when the run started (run() checks): it filled up during it.
+        outcome.status = "error"
+        outcome.result = {"kind": "disk", "message": f"the disk filled up during its run: {full}"}
     for key in ("message", "traceback", "code", "file"):  # shown to the learner: no terminal escapes
         if isinstance(outcome.result.get(key), str):
             outcome.result[key] = quiet.printable(outcome.result[key])
     return outcome
+
+
+# What a result file must hold, by key: the runner writes it, but from inside the learner's process.
+RESULT_SHAPE = {"status": str, "window_s": (int, float), "device": str, "results": list, "steps_done": int,
+                "trace": (str, type(None)), "torch": str, "threads": int}
+
+
+def _read_result(path: Path, returncode: int | None) -> dict[str, Any]:
+    """The run's result file, read as a file the learner's process could have replaced: a regular file
+    (no link, no pipe), at most RESULT_MAX_BYTES, JSON of the runner's shape; otherwise why not."""
+    def bad(message: str, kind: str = "crash") -> dict[str, Any]:
+        return {"status": "error", "kind": kind, "message": message}
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return bad(_crash_message(returncode), "missing_result")
+    except OSError:
+        return bad("its result file is not a file the runner wrote")
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return bad("its result file is not a file the runner wrote")
+        raw = f.read(RESULT_MAX_BYTES + 1)
+    if len(raw) > RESULT_MAX_BYTES:
+        return bad(f"its steps yielded more than the {RESULT_MAX_BYTES / 1e6:.0f} MB of values the checker "
+                   "compares: yield what the original yields", "too_much")
+    try:
+        result = json.loads(raw)
+    except (ValueError, RecursionError):
+        return bad("its result file is not valid JSON")
+    if not isinstance(result, dict) or not isinstance(result.get("status"), str):
+        return bad("its result file is not a result")
+    if result["status"] == "ok":
+        wrong = [key for key, kind in RESULT_SHAPE.items()
+                 if not isinstance(result.get(key), kind) or (isinstance(result.get(key), bool) and kind is not str)]
+        if wrong:
+            return bad(f"its result file is not the runner's (wrong or missing: {', '.join(wrong)})")
+    elif not all(isinstance(result.get(k, ""), str) for k in ("message", "kind", "traceback", "code", "file")):
+        return bad("its result file is not a result")
+    return result
 
 
 def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
@@ -406,7 +451,7 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
             outcome.result = {"kind": "background", "message": f"work went on beside the timed steps: {beside}"}
 
 
-def _take_trace(outcome: Outcome) -> None:
+def _take_trace(outcome: Outcome, trace_dir: str | None) -> None:
     """The trace as the profiler wrote it (its fingerprint sent at once), then prepared for TensorBoard here.
 
     Preparing it (``traces.fix_for_plugin``) happens in this process, so no code
@@ -421,10 +466,13 @@ def _take_trace(outcome: Outcome) -> None:
     from .traces import fix_for_plugin
 
     path = Path(outcome.result["trace"])
-    try:
-        raw = path.read_bytes()
-    except OSError:
-        raw = None
+    raw = None
+    inside = trace_dir is not None and path.parent.resolve() == Path(trace_dir).resolve()
+    if inside and not path.is_symlink() and path.is_file():  # only a file in the run's own trace folder
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            pass
     if raw is None or hashlib.sha256(raw).hexdigest() != outcome.result.get("trace_sha256"):
         outcome.status = "error"
         outcome.result = {"kind": "trace", "message": "its trace was changed (or removed) after the profiler "
@@ -528,7 +576,11 @@ def _crash_message(code: int | None) -> str:
     return f"the process exited with code {code} before reporting a result (sys.exit or os._exit in the lab file?)"
 
 
+def _scratch_dir_path() -> Path:
+    return paths.state_dir() / "tmp"
+
+
 def _scratch_dir() -> Path:
-    folder = paths.state_dir() / "tmp"
+    folder = _scratch_dir_path()
     folder.mkdir(parents=True, exist_ok=True)
     return folder

@@ -25,6 +25,7 @@ program writes next to itself lands. Each learner's runs get a label of their ow
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -328,36 +329,49 @@ def grade(
     resumed = 0
     total = len(found.submissions)
     for i, sub in enumerate(found.submissions, 1):
-        report = journal.done(sub.shown, sub.path) if journal else None
-        if report is not None:
-            resumed += 1
-        else:
-            on_start(i, total, sub)
-            try:
+        try:
+            report = journal.done(sub.shown, sub.path) if journal else None
+            if report is not None:
+                resumed += 1
+            else:
+                on_start(i, total, sub)
                 report = _check(sub, label[sub.learner], device, rounds, timeout_s, on_progress)
-            except KeyboardInterrupt:
-                pending = list(found.submissions[i - 1:])
-                break
-            if journal is not None:
-                with processes.shielded():  # a verdict is journaled whole, or not at all
-                    journal.add(sub.shown, sub.path, report)
-        item = Graded(sub, report, score(report, sub.lab.grading))
-        graded.append(item)
-        on_done(i, total, item)
+                if journal is not None:
+                    with processes.shielded():  # a verdict is journaled whole, or not at all
+                        journal.add(sub.shown, sub.path, report)
+            item = Graded(sub, report, score(report, sub.lab.grading))
+            graded.append(item)
+            on_done(i, total, item)
+        except KeyboardInterrupt:  # whatever it interrupted, what was graded is kept (and journaled)
+            pending = list(found.submissions[len(graded):])
+            break
     return Result(found.folder, graded, list(found.skipped), found.learners, started_at,
                   time.perf_counter() - started, pending=pending, resumed=resumed)
 
 
 def _check(sub: Submission, label: str, device: str, rounds: int | None, timeout_s: float | None,
            on_progress: checks.Progress) -> checks.Report:
-    """``checks.check`` on the submission (graded from a copy, never written to), run in an empty
-    scratch folder, so what the program writes next to itself lands there."""
+    """``checks.check`` on a copy of the submission in an empty scratch folder, run there: what the
+    program writes next to itself (or over itself) lands in the scratch folder, never in the class
+    folder. The report names the learner's file."""
     try:
         with checks.workspace(f"{label}-") as scratch:
-            return checks.check(sub.lab, sub.path, label=label, device=device, rounds=rounds,
-                                timeout_s=timeout_s, on_progress=on_progress, workdir=scratch)
+            copy = scratch / sub.path.name
+            try:
+                shutil.copyfile(sub.path, copy)
+            except OSError as e:
+                report = _not_graded(sub, label, f"{sub.shown} could not be read: {e.strerror or e}")
+            else:
+                report = checks.check(sub.lab, copy, label=label, device=device, rounds=rounds,
+                                      timeout_s=timeout_s, on_progress=on_progress, workdir=scratch)
+                checks.name_the_file(report, copy, sub.path)
+            return report
     except checks.NotGraded as e:
-        report = checks.Report(lab=sub.lab.name, number=sub.lab.number, title=sub.lab.title, file=str(sub.path),
-                               label=label, checks=[checks.Check(*c) for c in checks.CHECKS])
-        report.verdict, report.error = "error", f"{e}. This is the kit's or the machine's failure"
-        return report
+        return _not_graded(sub, label, f"{e}. This is the kit's or the machine's failure")
+
+
+def _not_graded(sub: Submission, label: str, why: str) -> checks.Report:
+    report = checks.Report(lab=sub.lab.name, number=sub.lab.number, title=sub.lab.title, file=str(sub.path),
+                           label=label, checks=[checks.Check(*c) for c in checks.CHECKS])
+    report.verdict, report.error = "error", why
+    return report

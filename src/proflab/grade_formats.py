@@ -340,6 +340,8 @@ def to_gradescope(result: Result) -> str:
         lines.append(_headline(g))
     for s in result.skipped:
         lines.append(f"Not graded: {s.shown}: {s.reason}")
+    if result.pending:
+        lines.insert(0, f"Partial: the grading was interrupted; {len(result.pending)} submission(s) not graded yet.")
     for sub in result.pending:
         lines.append(f"Not graded yet: {sub.shown}: the grading was interrupted")
     if not result.graded:
@@ -353,7 +355,7 @@ def to_gradescope(result: Result) -> str:
         "stdout_visibility": "hidden",
         "tests": tests,
         "leaderboard": board,
-        "extra_data": {"proflab": __version__, "submissions": [
+        "extra_data": {"proflab": __version__, "partial": result.partial, "submissions": [
             {"file": g.submission.shown, "lab": g.report.lab, "verdict": g.report.verdict,
              "comparison": g.report.comparison, "timings": g.report.timings} for g in result.graded]},
     }, indent=2, ensure_ascii=False) + "\n"
@@ -408,15 +410,23 @@ class Progress:
 
     def start(self, i: int, n: int, sub: Submission) -> None:
         self.current = f"Grading {i}/{n}: {_shown(sub.learner)} · lab {sub.lab.number} ({_shown(sub.lab.name)})"
-        self.update(self.current + "…")
+        self._show(lambda: self.update(self.current + "…"))
 
     def step(self, message: str) -> None:
-        self.update(f"{self.current} [dim]· {_shown(message)}[/]")
+        self._show(lambda: self.update(f"{self.current} [dim]· {_shown(message)}[/]"))
 
     def done(self, i: int, n: int, g: Graded) -> None:
-        self.console.print(done_line(i, n, g))
+        self._show(lambda: self.console.print(done_line(i, n, g)))
         if self.verbose:
-            check_report.render(g.report, self.console, verbose=True)
+            self._show(lambda: check_report.render(g.report, self.console, verbose=True))
+
+    @staticmethod
+    def _show(draw) -> None:
+        """Progress is a view: a terminal that went away (SIGHUP, a dropped SSH session) never stops the grading."""
+        try:
+            draw()
+        except (OSError, ValueError):
+            pass
 
 
 def summary(result: Result, out: str | None = None, json_out: str | None = None) -> Group:

@@ -9,7 +9,8 @@ the kit could not grade, is graded again. The journal is removed once the
 outputs of a finished grading are written.
 
 The first line says what was being graded (the folder, the lab, the device,
-the rounds); a journal of another grading is never resumed.
+the rounds, the kit's version and a fingerprint of each lab's manifest); a
+journal of another grading, or of one by another checker, is never resumed.
 """
 
 from __future__ import annotations
@@ -70,10 +71,11 @@ class Journal:
                 raise JournalError(f"--resume: there is no unfinished grading to resume ({paths.display(path)} "
                                    "does not exist); run without --resume")
             journal = cls.read(path)
-            theirs = {k: journal.header.get(k) for k in header if k not in ("journal", "proflab")}
-            ours = {k: v for k, v in header.items() if k not in ("journal", "proflab")}
+            theirs = {k: journal.header.get(k) for k in header if k != "journal"}
+            ours = {k: v for k, v in header.items() if k != "journal"}
             if theirs != ours:
-                differ = ", ".join(f"{k} {theirs[k]!r} (now {ours[k]!r})" for k in ours if theirs[k] != ours[k])
+                differ = ", ".join(f"{k} {theirs[k]!r} (now {ours[k]!r})" if k != "labs" else
+                                   "the labs' manifests have changed since" for k in ours if theirs[k] != ours[k])
                 raise JournalError(f"--resume: {paths.display(path)} is the journal of another grading "
                                    f"({differ}); resume it with the same folder and options, or use --restart")
             return journal
@@ -118,7 +120,8 @@ class Journal:
         return entry.report
 
     def add(self, shown: str, path: Path, report: Report) -> None:
-        entry = Entry(shown, file_sha256(path), report)
+        """Journal a verdict, with the fingerprint of the copy that was graded (not of the file now)."""
+        entry = Entry(shown, report.file_sha256 or file_sha256(path), report)
         self.entries[shown] = entry
         self._write_line({"file": shown, "sha256": entry.sha256, "report": report.as_dict()})
 

@@ -101,6 +101,7 @@ class Tree:
         self.before = set(others_before if others_before is not None else children_of_mine()) - {root}
         self.seen: dict[int, int] = {}  # pid -> start time, of every process of the run seen so far
         self.left_session: set[int] = set()  # processes of the run seen in a session of their own
+        self.survivors: list[int] = []  # alive after ``kill``
         self._lock = threading.Lock()
 
     def scan(self) -> list[int]:
@@ -130,8 +131,8 @@ class Tree:
                     continue
                 found.add(pid)
                 todo.extend(kids.get(pid, []))
-            for pid in found:
-                self.seen.setdefault(pid, procs[pid][3])
+            for pid in found:  # found through the tree itself: this is the process now holding the PID
+                self.seen[pid] = procs[pid][3]
                 if procs[pid][2] != self.root and pid != self.root:
                     self.left_session.add(pid)
             alive = [pid for pid in found if procs[pid][4] not in ("Z", "X")]
@@ -148,7 +149,8 @@ class Tree:
                 pass
 
     def kill(self, timeout_s: float = 5.0) -> list[int]:
-        """Stop every process of the run, then kill them all; returns the PIDs killed."""
+        """Stop every process of the run, then kill them all; returns the PIDs killed (``survivors`` then
+        lists any still alive: a process stuck in the kernel)."""
         killed: set[int] = set()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -166,6 +168,7 @@ class Tree:
             self._reap(stopped)
             time.sleep(0.01)
         self._reap(set(self.seen))
+        self.survivors = self.scan()
         return sorted(killed)
 
     def _reap(self, pids: set[int]) -> None:
