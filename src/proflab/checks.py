@@ -40,6 +40,21 @@ CHECKS = (
 )
 
 
+# In a lab whose learner profiles (lab 0), the last two checks are about their profile and what it costs.
+OWN_PROFILE_CHECKS = {
+    "evidence": ("Your own profile", "the trace your profiler wrote: a window of labelled steps, and your answers "
+                 "read from it"),
+    "faster": ("Low overhead", "your profiled version is at most the lab's overhead slower than the unprofiled one"),
+}
+
+
+def checks_of(lab: labs.Lab) -> tuple[tuple[str, str, str], ...]:
+    """The four checks, as this lab names them."""
+    if lab.profiling is None:
+        return CHECKS
+    return tuple((name, *OWN_PROFILE_CHECKS.get(name, (title, text))) for name, title, text in CHECKS)
+
+
 @dataclass
 class Check:
     name: str
@@ -246,7 +261,7 @@ def check(
     """
     started = time.perf_counter()
     report = Report(lab=lab.name, number=lab.number, title=lab.title, file=str(file), label=label,
-                    checks=[Check(*c) for c in CHECKS], runs_dir=str(paths.runs_dir() / lab.slug),
+                    checks=[Check(*c) for c in checks_of(lab)], runs_dir=str(paths.runs_dir() / lab.slug),
                     audited=audited)
     rounds = rounds or lab.workload.rounds
     timeout = timeout_s or lab.workload.timeout_s
@@ -470,8 +485,11 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
             same.passed(f"all {lab.workload.total_steps} steps match the original "
                         f"({', '.join(r.key for r in lab.results)})",
                         expected="the original's values", actual="equal within tolerance")
-            proven = (_same_work_when_profiled(learners[0], report, same)
-                      and _evidence(lab, report, proof, learners[0], loaded))
+            if lab.profiling is not None:
+                proven = _own_profile(lab, report, proof, learners[0], loaded)
+            else:
+                proven = (_same_work_when_profiled(learners[0], report, same)
+                          and _evidence(lab, report, proof, learners[0], loaded))
             loaded.clear()  # the traces' events are not needed after this
             if not proven:
                 report.verdict = FAILED
@@ -649,6 +667,89 @@ def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.
     return False
 
 
+def _own_profile(lab: labs.Lab, report: Report, proof: Check, run: execute.Outcome,
+                 loaded: dict[str, evidence.Trace]) -> bool:
+    """Lab 0: the trace the learner's own profiler wrote, and the answers they read from it."""
+    from . import answers
+
+    prof, r = lab.profiling, run.result
+    found, trace = r.get("traces_found", 0), loaded.get("learner")
+    window = "torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1)"
+    if found == 0:
+        proof.failed("your code wrote no profile", "a trace from torch.profiler's tensorboard_trace_handler, in "
+                     "cfg.trace_dir", "no trace", "wrap the training loop in torch.profiler.profile(..., "
+                     f"schedule={window}, on_trace_ready=tensorboard_trace_handler(cfg.trace_dir)), and call "
+                     "prof.step() after every step")
+        return False
+    if found > 1:
+        proof.failed(f"your code wrote {found} traces", "one trace: one window of steps", f"{found} traces",
+                     f"profile one window: {window}")
+        return False
+    if trace is None and r.get("trace_error") == execute.NO_STEPS:
+        proof.failed(f"your profile has no steps ({r.get('trace_mb', 0.0):.1f} MB): it records the whole loop "
+                     "as one: profile a window, not the whole loop", f"a window of at most {prof.max_steps} "
+                     "ProfilerStep# steps", "no ProfilerStep# in the trace",
+                     f"give the profiler a schedule: {window}, and call prof.step() after every step")
+        return False
+    if trace is None:
+        proof.failed(f"your trace could not be read: {r.get('trace_error', 'not a trace')}",
+                     "a trace written by tensorboard_trace_handler", "unreadable",
+                     "let torch.profiler write the trace: on_trace_ready=tensorboard_trace_handler(cfg.trace_dir)")
+        return False
+    steps, total = trace.steps, lab.workload.warmup_steps + lab.workload.timed_steps
+    size = f"{r.get('trace_mb', 0.0):.1f} MB"
+    if len(steps) > prof.max_steps:
+        every = " (every step of the loop)" if len(steps) >= total - 1 else ""
+        proof.failed(f"your profile holds {len(steps)} steps{every}: profile a window, not the whole loop",
+                     f"at most {prof.max_steps} steps", f"{len(steps)} steps, a trace of {size}",
+                     f"give the profiler a schedule: {window}; it records only the active steps")
+        return False
+    written_here = Path(r.get("trace_written_as") or "/").name == Path(r.get("trace") or "").name
+    if not written_here or not answers.written_during(trace, r.get("trace_base_ns"), r.get("wall_window", [])):
+        proof.failed("the trace was not written by this run's profiler", "a trace torch.profiler wrote during "
+                     "this run, into cfg.trace_dir", "a trace from elsewhere (its name or its clock say so)",
+                     "let torch.profiler write the trace: on_trace_ready=tensorboard_trace_handler(cfg.trace_dir)")
+        return False
+    ok, in_trace, outside = answers.matches_stamps(trace, r.get("all_step_s", []))
+    if not ok:
+        proof.failed("the trace's steps are not this run's steps", f"steps lasting about {outside * 1000:.0f} ms "
+                     "in all, as the checker saw them", f"{in_trace * 1000:.0f} ms in the trace",
+                     "let torch.profiler write the trace, and call prof.step() once per training step")
+        return False
+    missing = answers.missing_labels(trace, prof.labels)
+    if missing:
+        label, lacking = next(iter(missing.items()))
+        proof.failed(f"your profile has no '{label}' label in {lacking} of its {len(steps)} steps",
+                     f"every step labelled: {', '.join(prof.labels)}",
+                     "missing: " + ", ".join(f"'{name}'" for name in missing),
+                     f"wrap that part of the step in `with torch.profiler.record_function(\"{label}\"):`"
+                     + (f"; {prof.where}" if prof.where else ""))
+        return False
+    given = r.get("answers") or {}
+    results, wrong = {}, []
+    for a in lab.answers:
+        measured = answers.METRICS[a.metric](trace)
+        answer = given.get(a.key)
+        right = answer is not None and measured.accepts(answer, a.tolerance)
+        results[a.key] = {"question": a.question, "given": answer, "measured": measured.value, "right": right}
+        if not right:
+            said = "no answer" if answer is None or answer == "" else f"you answered {answer!r}"
+            wrong.append(f"{a.key}: {said}; your profile says {measured.shown}. Look at {a.where}")
+    report.evidence = {"metric": "own_profile", "label": "your own profile", "unit": "", "steps": len(steps),
+                       "trace_mb": r.get("trace_mb", 0.0), "labels": list(prof.labels), "answers": results}
+    report.breakdown = {"learner": asdict(breakdown.of(trace))}
+    if wrong:
+        proof.failed(f"{len(wrong)} of your {len(lab.answers)} answers do not match your own profile",
+                     "each answer in ANSWERS read from your own trace", f"{len(wrong)} wrong", wrong[0],
+                     details=wrong)
+        return False
+    proof.passed(f"a window of {len(steps)} steps ({size}), every step labelled "
+                 f"({', '.join(prof.labels)}), and all {len(lab.answers)} answers match it",
+                 f"at most {prof.max_steps} steps, every label, answers from your trace",
+                 f"{len(steps)} steps, a trace of {size}")
+    return True
+
+
 def _faster(lab: labs.Lab, report: Report, faster: Check) -> None:
     cmp = stats.compare(report.timings["original"], report.timings["learner"])
     threshold = lab.threshold(report.device)
@@ -665,6 +766,9 @@ def _faster(lab: labs.Lab, report: Report, faster: Check) -> None:
     interval = (f"95% interval {cmp.ci_low:.2f}–{cmp.ci_high:.2f}×" if cmp.rounds > 1
                 else "one round: no interval")
     decision = cmp.decide(threshold)
+    if lab.overhead:
+        _overhead(lab, report, faster, cmp, decision, measured)
+        return
     if decision == stats.PASS:
         faster.passed(f"{cmp.speedup:.2f}× faster than the original over {cmp.rounds} paired rounds "
                       f"({interval})", expected, measured)
@@ -680,3 +784,27 @@ def _faster(lab: labs.Lab, report: Report, faster: Check) -> None:
             expected, measured,
             "the machine was too busy to trust these timings: close other programs (or wait for other "
             "jobs to finish) and check again; --rounds N starts with more rounds")
+
+
+def _overhead(lab: labs.Lab, report: Report, faster: Check, cmp: stats.Comparison, decision: str,
+              measured: str) -> None:
+    """A lab graded on overhead (lab 0): how much slower the profiled version is than the unprofiled one."""
+    limit = lab.overhead.get(report.device, lab.overhead["cpu"])
+    cost = 1.0 / cmp.speedup - 1.0 if cmp.speedup else float("inf")
+    measured = measured.replace(f"{cmp.speedup:.2f}× (", f"{cost:+.0%}, {cmp.speedup:.2f}× the speed (", 1)
+    interval = (f"95% interval {1 / cmp.ci_high - 1:+.0%} to {1 / cmp.ci_low - 1:+.0%}"
+                if cmp.rounds > 1 and cmp.ci_low > 0 else "one round: no interval")
+    expected = f"at most {limit:+.0%} on {report.device}"
+    if decision == stats.PASS:
+        faster.passed(f"your profiler costs {cost:+.0%} over the unprofiled original, over {cmp.rounds} paired "
+                      f"rounds ({interval})", expected, measured)
+    elif decision == stats.FAIL:
+        faster.failed(f"your profiler costs {cost:+.0%} over the unprofiled original, more than the {limit:.0%} "
+                      f"this lab allows on {report.device} ({interval})", expected, measured,
+                      "profile fewer steps (a shorter active window), and leave record_shapes, profile_memory "
+                      "and with_stack off unless you need them")
+    else:
+        faster.inconclusive(f"inconclusive: too noisy to tell. {cost:+.0%} over {cmp.rounds} rounds, but the "
+                            f"{interval} straddles the {limit:.0%} limit", expected, measured,
+                            "the machine was too busy to trust these timings: close other programs and check "
+                            "again; --rounds N starts with more rounds")

@@ -161,9 +161,10 @@ def cmd_run(args) -> int:
         raise errors.KitError(outcome.result["message"])
     printed = outcome.stdout.rstrip().splitlines()
     if printed:
-        hidden = len(printed) - PRINTED_LINES_SHOWN
+        shown = PRINTED_LINES_SHOWN * (4 if lab.profiling else 1)  # lab 0: the learner's own table
+        hidden = len(printed) - shown
         out.print("[dim]Your program printed" + (f" ({hidden} earlier lines not shown):[/]" if hidden > 0 else ":[/]"))
-        out.print(escape("\n".join(printed[-PRINTED_LINES_SHOWN:])))
+        out.print(escape("\n".join(printed[-shown:])), soft_wrap=True)
     if not outcome.ok:
         check = checks.Check("runs", "It runs", "")
         checks.runtime_failure(check, outcome, lab, args.timeout or w.timeout_s)
@@ -186,7 +187,8 @@ def cmd_run(args) -> int:
         out.print(escape(table["text"]), soft_wrap=True)
     times = sorted(r["step_times"])
     out.print(f"Step time over {len(times)} timed steps: mean {r['mean_step_s'] * 1000:.1f} ms, "
-              f"median {times[len(times) // 2] * 1000:.1f} ms (profiler off while timing)")
+              f"median {times[len(times) // 2] * 1000:.1f} ms "
+              + ("(with your profiler, as your file runs it)" if lab.profiling else "(profiler off while timing)"))
     _summaries(lambda: summaries.write_step_times(lab, label, r["step_times"]))
     progress.safely(lambda: progress.remember_run(lab.slug, label),
                     "the run was not remembered for proflab tensorboard")

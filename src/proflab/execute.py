@@ -79,6 +79,7 @@ class Marks:
     stamps: list[tuple[str, float]] = field(default_factory=list)
     trace_sha256: str | None = None
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)  # at "S" and "E": CPU seconds per thread/process
+    wall: dict[str, float] = field(default_factory=dict)  # the wall clock (time.time) at "B" and "E"
 
     def times(self, code: str) -> list[float]:
         return [t for c, t in self.stamps if c == code]
@@ -140,6 +141,9 @@ def run(
     except OSError as e:
         raise errors.KitError(errors.describe(e, "make a scratch folder in")) from None
     result_path = scratch / "result.json"
+    if lab.profiling is not None:  # every run of a file that profiles itself writes a trace: cfg.trace_dir
+        trace_dir = Path(trace_dir) if trace_dir is not None else scratch / "trace"
+        trace_dir.mkdir(parents=True, exist_ok=True)
     spec = {
         "file": str(file.resolve()),
         "shown_as": str(shown_as.resolve()) if shown_as else None,
@@ -164,6 +168,8 @@ def run(
         "record_shapes": record_shapes or checking,
         "all_threads": checking,
         "compile_marks": _mentions(file, "compile"),
+        # Lab 0: the file profiles itself, into trace_dir; the kit's profiler stays off.
+        "learner_profiles": lab.profiling is not None,
         "preimport": _mentions(file, "compile", "optim"),
         **(steps or {}),
     }
@@ -284,6 +290,8 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
             _from_outside(outcome, marks, spec, background_allowed)
         if outcome.ok and outcome.result.get("trace"):
             _take_trace(outcome, spec.get("trace_dir"))
+        if outcome.ok and spec.get("learner_profiles"):
+            _take_learner_trace(outcome, Path(spec["trace_dir"]))
     if tree.survivors:
         outcome.status = "error"
         outcome.result = {"kind": "left_running", "message": (
@@ -356,6 +364,8 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
                 marks.trace_sha256 = digest.decode("latin-1") if marks.trace_sha256 is None else "twice"
             elif code in ("S", "E") and "tree" in child:
                 marks.cpu[code] = _cpu_by_task(child["tree"])
+            if code in ("B", "E"):
+                marks.wall.setdefault(code, time.time())
             marks.stamps.append((code, now))
 
 
@@ -433,6 +443,8 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
     first_end = warm_ends[0] if warm_ends else start
     bounds = [start, *ends]
     r["step_times"] = [b - a for a, b in zip(bounds, bounds[1:])]
+    every = [begin, *warm_ends, *ends]  # each step's end: step 0 also imports the file and builds the pipeline
+    r["all_step_s"] = [b - a for a, b in zip(every, every[1:])]
     r["window_s"] = outside
     r["outside_window_s"] = outside
     r["mean_step_s"] = outside / max(spec["timed_steps"], 1)
@@ -444,6 +456,7 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
     r["profiled_step_s"] = sum(profiled) / len(profiled) if profiled else 0.0
     r["profiled_steps_s"] = profiled
     r["trace_sha256"] = marks.trace_sha256
+    r["wall_window"] = [marks.wall.get("B", 0.0), marks.wall.get("E", 0.0)]
     if not background_allowed:
         beside = _busy_beside(marks, outside)
         if beside:
@@ -488,6 +501,45 @@ def _take_trace(outcome: Outcome, trace_dir: str | None) -> None:
         outcome.trace = evidence.from_data(path, data)
     except evidence.TraceError:
         pass  # the checker reads it again, and says what is wrong with it
+
+
+NO_STEPS = "no steps"  # a trace without ProfilerStep# events: profiled without a schedule
+
+
+def _take_learner_trace(outcome: Outcome, folder: Path) -> None:
+    """Lab 0: the trace the file's own profiler wrote into ``folder``, read once its run has ended.
+
+    ``result["trace"]`` is the one trace found (None when there is none, or
+    several: ``traces_found`` says how many), prepared for TensorBoard here;
+    ``outcome.trace`` is it, parsed, or ``result["trace_error"]`` says why not.
+    """
+    import gzip
+
+    from . import evidence
+    from .traces import fix_for_plugin
+
+    found = sorted(p for p in folder.glob("*.pt.trace.json*") if p.is_file() and not p.is_symlink()) \
+        if folder.is_dir() else []
+    outcome.result["traces_found"] = len(found)
+    outcome.result["trace"] = str(found[0]) if len(found) == 1 else None
+    if len(found) != 1:
+        return
+    path = found[0]
+    outcome.result["trace_mb"] = path.stat().st_size / 1e6
+    try:
+        raw = path.read_bytes()
+        data = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+        if not isinstance(data, dict):
+            raise ValueError("not a trace")
+        outcome.result["trace_written_as"] = str(data.get("traceName", ""))
+        outcome.result["trace_base_ns"] = data.get("baseTimeNanoseconds")
+        fix_for_plugin(path, data)
+        outcome.trace = evidence.from_data(path, data)
+    except evidence.TraceError:
+        outcome.result["trace_error"] = NO_STEPS
+    except (OSError, ValueError, RecursionError, KeyError, TypeError) as e:
+        outcome.result["trace_error"] = str(e)[:300] or type(e).__name__
+    outcome.result["trace_sha256"] = labs.sha256(path)
 
 
 def _busy_beside(marks: Marks, window_s: float) -> str:

@@ -189,6 +189,33 @@ class Audit:
 
 
 @dataclass(frozen=True)
+class Profiling:
+    """A lab whose learner writes the profiler code (``[profile]``, lab 0): the kit does not profile.
+
+    The learner's own ``torch.profiler`` writes a trace into ``cfg.trace_dir``
+    with ``tensorboard_trace_handler``; the checker grades that trace: at most
+    ``max_steps`` steps in it (a window, not the whole loop), each holding
+    every one of ``labels`` (``record_function`` ranges).
+    """
+
+    labels: tuple[str, ...]
+    max_steps: int
+    where: str = ""  # where to look when the profile misses something
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A question about the learner's own profile (``[answers.KEY]``), answered in the file's ``ANSWERS``
+    and checked against the figure the checker measures from the learner's trace."""
+
+    key: str
+    question: str
+    metric: str  # a name in proflab.answers.METRICS
+    where: str
+    tolerance: float = 0.0
+
+
+@dataclass(frozen=True)
 class Lab:
     number: int
     name: str
@@ -201,7 +228,7 @@ class Lab:
     original_sha256: str
     workload: Workload
     results: tuple[ResultRule, ...]
-    evidence: Evidence
+    evidence: Evidence | None  # None in a lab whose learner profiles ([profile]): their trace is graded
     thresholds: dict[str, float]
     hints: tuple[str, ...]
     docs: str = ""
@@ -209,6 +236,11 @@ class Lab:
     grading: Grading = field(default_factory=Grading)  # points per check, for proflab grade
     storage: Storage | None = None
     audit: Audit = field(default_factory=Audit)
+    profiling: Profiling | None = None  # the learner profiles (lab 0): their trace is graded
+    answers: tuple[Answer, ...] = ()
+    # For a lab graded on overhead ([overhead] instead of [speedup]): at most this share slower
+    # than the original, per device; the threshold is then the speed-up 1 / (1 + overhead).
+    overhead: dict[str, float] = field(default_factory=dict)
 
     @property
     def slug(self) -> str:
@@ -216,6 +248,9 @@ class Lab:
         return f"{self.number:02d}-{self.name}"
 
     def threshold(self, device: str) -> float:
+        """The speed-up a version must reach on ``device`` (below 1 for a lab graded on overhead)."""
+        if self.overhead:
+            return 1.0 / (1.0 + self.overhead.get(device, self.overhead["cpu"]))
         return self.thresholds.get(device, self.thresholds["cpu"])
 
     def original_is_intact(self) -> bool:
@@ -313,8 +348,11 @@ _TOP: Spec = {
     "files": (_TABLE, True),
     "workload": (_TABLE, True),
     "results": (_TABLE, True),
-    "evidence": (_TABLE, True),
-    "speedup": (_TABLE, True),
+    "evidence": (_TABLE, False),
+    "speedup": (_TABLE, False),
+    "profile": (_TABLE, False),
+    "answers": (_TABLE, False),
+    "overhead": (_TABLE, False),
     "grading": (_TABLE, False),
     "storage": (_TABLE, False),
     "audit": (_TABLE, False),
@@ -329,7 +367,7 @@ _WORKLOAD: Spec = {
     "batch_size": (_integer(1), True),
     "warmup_steps": (_integer(0), True),
     "timed_steps": (_integer(1), True),
-    "profile_steps": (_integer(2, " (the checker leaves out the first profiled step)"), True),
+    "profile_steps": (_integer(0), True),
     "rounds": (_integer(1), True),
     "timeout_s": (_POSITIVE, True),
     "seed": (_integer(0), False),
@@ -351,6 +389,19 @@ _RULE: Spec = {
 }
 _BOUNDS = ("max", "min", "max_vs_original")
 _SPEEDUPS: Spec = {"cpu": (_SPEEDUP, True), "cuda": (_SPEEDUP, False)}
+_OVERHEAD_SHARE = _Kind("a share of the original's time, above 0 and below 1 (0.25: at most 25% slower)",
+                        lambda v: _is_number(v) and 0 < v < 1)
+_OVERHEADS: Spec = {"cpu": (_OVERHEAD_SHARE, True), "cuda": (_OVERHEAD_SHARE, False)}
+_PROFILE: Spec = {"labels": (_TEXTS, True), "max_steps": (_integer(1), True), "where": (_STRING, False)}
+
+
+def _answer_spec() -> Spec:
+    from .answers import METRICS  # no torch
+
+    metric = _Kind(f"one of the checker's answer metrics ({', '.join(sorted(METRICS))})",
+                   lambda v: isinstance(v, str) and v in METRICS)
+    return {"question": (_TEXT, True), "metric": (metric, True), "where": (_TEXT, True),
+            "tolerance": (_NOT_NEGATIVE, False)}
 _STORAGE: Spec = {"folder": (_FOLDER, True), "latency_ms": (_POSITIVE, True)}
 
 
@@ -479,6 +530,28 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
             p.add("evidence", f"min ({evidence['min']!r}) is above max ({evidence['max']!r}): no value can meet both")
 
     speedup = p.table(top["speedup"], "speedup", _SPEEDUPS) if "speedup" in top else {}
+    overhead = p.table(top["overhead"], "overhead", _OVERHEADS) if "overhead" in top else {}
+    if ("speedup" in top) == ("overhead" in top):
+        p.add("", "give either [speedup] (how much faster a fix must be) or [overhead] (how little slower "
+                  "a profiled version may be), one of the two")
+    profiling = p.table(top["profile"], "profile", _PROFILE) if "profile" in top else None
+    if profiling is None and "evidence" not in top:
+        p.add("", "[evidence] is missing: it says what the trace of a good fix shows")
+    given_steps = workload.get("profile_steps")
+    if profiling is None and given_steps is not None and given_steps < 2:
+        p.add("workload", f"profile_steps must be an integer, 2 or more (the checker leaves out the first "
+                          f"profiled step) (got {given_steps})")
+    if profiling is not None and given_steps:
+        p.add("workload", f"profile_steps must be 0 in a lab whose learner profiles ([profile]): the kit "
+                          f"does not profile it (got {given_steps})")
+    answers = []
+    for key, spec in (top.get("answers") or {}).items():
+        if not isinstance(spec, dict):
+            p.add("answers", f"{key} must be a table, [answers.{key}] (got {_got(spec)})")
+            continue
+        good = p.table(spec, f"answers.{key}", _answer_spec())
+        if len(good) == len(spec) and {"question", "metric", "where"} <= set(good):
+            answers.append(Answer(key=key, **good))
     grading = _grading(top["grading"], p) if "grading" in top else Grading()
     storage = p.table(top["storage"], "storage", _STORAGE) if "storage" in top else None
     audit = p.table(top["audit"], "audit", _audit_spec()) if "audit" in top else {}
@@ -497,7 +570,7 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
         original_sha256=top["files"]["original_sha256"].lower(),
         workload=Workload(**workload),
         results=tuple(rules),
-        evidence=Evidence(**{**evidence, "work_ops": tuple(evidence.get("work_ops", ()))}),
+        evidence=Evidence(**{**evidence, "work_ops": tuple(evidence.get("work_ops", ()))}) if evidence else None,
         thresholds={device: float(value) for device, value in speedup.items()},
         hints=tuple(top.get("hints", ())),
         docs=top.get("docs", ""),
@@ -505,6 +578,10 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
         grading=grading,
         storage=Storage(**storage) if storage is not None else None,
         audit=Audit(allow=tuple(audit.get("allow", ())), refuse=tuple(audit.get("refuse", ()))),
+        profiling=Profiling(labels=tuple(profiling["labels"]), max_steps=profiling["max_steps"],
+                            where=profiling.get("where", "")) if profiling is not None else None,
+        answers=tuple(answers),
+        overhead={device: float(value) for device, value in overhead.items()},
     )
 
 

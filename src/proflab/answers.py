@@ -1,0 +1,170 @@
+"""Where a learner's own profile is graded (lab 0): its window, its labels, and the answers read from it.
+
+In lab 0 the learner writes the profiler code. The checker then reads the
+trace *their* profiler wrote, once their run has ended, and checks:
+
+* it is a profiler trace of a window of steps (``ProfilerStep#`` events, at
+  most the lab's ``max_steps``, not the whole loop), whose steps last about
+  as long as the same steps stamped by the checker from outside the run;
+* each step holds each of the lab's ``record_function`` labels;
+* the answers in the file's ``ANSWERS`` match the figures measured from that
+  same trace, within the lab's tolerance: they cannot be copied from another
+  machine's profile, or from the docs.
+
+Each answer metric is a function of the trace: ``METRICS[name](trace)`` gives
+the measured value and the accepted answers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .evidence import Event, Trace
+
+# The learner's steps in the trace may differ from the same steps stamped by the checker by the profiler's
+# own cost (a profiled step is slower), and by where in the loop prof.step() is called; more than this
+# factor either way, and the trace is not of this run's steps.
+STEP_FACTOR = 3.0
+STEP_SLACK_S = 0.05
+# An operator whose self time is within this share of the largest is as good an answer (a near tie).
+NEAR_TOP = 0.8
+
+
+@dataclass
+class Measured:
+    """A figure measured from the learner's trace, and whether an answer matches it."""
+
+    value: Any
+    shown: str  # the figure as the report says it
+    accepts: Callable[[Any, float], bool] = field(repr=False, default=lambda answer, tolerance: False)
+
+
+def _in_steps(trace: Trace, events: list[Event]) -> list[Event]:
+    steps = trace.steps
+    return [e for e in events if any(s.ts <= e.ts < s.end for s in steps)]
+
+
+def self_times(trace: Trace) -> dict[str, float]:
+    """Self CPU time per operator (``aten::``), in µs, over the trace's steps: an operator's time less that
+    of the operators it calls on its thread, as key_averages' Self CPU column counts it."""
+    totals: dict[str, float] = defaultdict(float)
+    ops = sorted((e for e in _in_steps(trace, trace.events) if e.cat == "cpu_op" and e.name.startswith("aten::")),
+                 key=lambda e: (str(e.pid), str(e.tid), e.ts, -e.dur))
+    stack: list[Event] = []
+    child_time: dict[int, float] = defaultdict(float)
+    for e in ops:
+        thread = (str(e.pid), str(e.tid))
+        while stack and (e.ts >= stack[-1].end or thread != (str(stack[-1].pid), str(stack[-1].tid))):
+            stack.pop()
+        if stack:
+            child_time[id(stack[-1])] += e.dur
+        stack.append(e)
+    for e in ops:
+        totals[e.name] += max(0.0, e.dur - child_time[id(e)])
+    return dict(totals)
+
+
+def top_self_cpu(trace: Trace) -> Measured:
+    times = self_times(trace)
+    if not times:
+        return Measured(None, "no aten:: operator in the trace's steps")
+    name, top = max(times.items(), key=lambda item: item[1])
+    total = sum(times.values()) or 1.0
+
+    def accepts(answer: Any, tolerance: float) -> bool:
+        return isinstance(answer, str) and times.get(answer.strip(), 0.0) >= NEAR_TOP * top
+
+    return Measured(name, f"{name} ({top / 1000 / len(trace.steps):.1f} ms per step, {top / total:.0%} of the "
+                          "operators' self CPU time)", accepts)
+
+
+def _calls_per_step(name: str) -> Callable[[Trace], Measured]:
+    def metric(trace: Trace) -> Measured:
+        calls = sum(1 for e in _in_steps(trace, trace.events) if e.name == name)
+        per_step = calls / len(trace.steps)
+
+        def accepts(answer: Any, tolerance: float) -> bool:
+            return (isinstance(answer, (int, float)) and not isinstance(answer, bool)
+                    and abs(answer - per_step) <= tolerance + 1e-9)
+
+        return Measured(per_step, f"{per_step:g} calls of {name} per step", accepts)
+
+    metric.__doc__ = f"How many times {name} runs in one step."
+    return metric
+
+
+def _label_share(label: str) -> Callable[[Trace], Measured]:
+    def metric(trace: Trace) -> Measured:
+        steps = trace.steps
+        inside = sum(e.dur for e in _in_steps(trace, [e for e in trace.events if e.name == label]))
+        share = inside / (sum(s.dur for s in steps) or 1.0)
+
+        def accepts(answer: Any, tolerance: float) -> bool:
+            return (isinstance(answer, (int, float)) and not isinstance(answer, bool)
+                    and abs(answer - share) <= tolerance + 1e-9)
+
+        return Measured(share, f"{share:.2f} of each step in '{label}'", accepts)
+
+    metric.__doc__ = f"The share of a step spent inside the label {label!r}."
+    return metric
+
+
+METRICS: dict[str, Callable[[Trace], Measured]] = {
+    "top_self_cpu": top_self_cpu,
+    "conv2d_calls_per_step": _calls_per_step("aten::conv2d"),
+    "backward_share": _label_share("backward"),
+}
+
+
+def missing_labels(trace: Trace, labels: tuple[str, ...]) -> dict[str, int]:
+    """Each label missing from some step of the trace, with how many steps lack it."""
+    missing = {}
+    for label in labels:
+        events = [e for e in trace.events if e.name == label]
+        lacking = sum(1 for s in trace.steps if not any(s.ts <= e.ts < s.end for e in events))
+        if lacking:
+            missing[label] = lacking
+    return missing
+
+
+def step_numbers(trace: Trace) -> list[int]:
+    """The numbers of the trace's steps (``ProfilerStep#7`` is 7), in time order."""
+    numbers = []
+    for s in trace.steps:
+        try:
+            numbers.append(int(s.name.split("#", 1)[1]))
+        except (IndexError, ValueError):
+            numbers.append(-1)
+    return numbers
+
+
+def matches_stamps(trace: Trace, stamped: list[float]) -> tuple[bool, float, float]:
+    """Whether the trace's steps last about as long as the same steps stamped from outside the run;
+    returns (whether, seconds in the trace, seconds stamped)."""
+    numbers = step_numbers(trace)
+    if any(n < 0 or n >= len(stamped) for n in numbers):
+        return False, sum(s.dur for s in trace.steps) / 1e6, 0.0
+    in_trace = sum(s.dur for s in trace.steps) / 1e6
+    outside = sum(stamped[n] for n in numbers)
+    ok = outside / STEP_FACTOR - STEP_SLACK_S <= in_trace <= outside * STEP_FACTOR + STEP_SLACK_S
+    return ok, in_trace, outside
+
+
+# How far (seconds) a step in the trace may lie outside the run's window by the wall clock: the profiler's
+# clock and this process's are the same clock, read a little apart.
+WALL_SLACK_S = 2.0
+
+
+def written_during(trace: Trace, base_ns: Any, window: list[float]) -> bool:
+    """Whether every step of the trace happened while this run ran, by the wall clock: a trace written
+    earlier, by another run, or by hand, did not."""
+    if not isinstance(base_ns, (int, float)) or len(window) != 2 or not all(window):
+        return False
+    begin, end = window
+    for step in trace.steps:
+        at = base_ns / 1e9 + step.ts / 1e6
+        if not begin - WALL_SLACK_S <= at <= end + WALL_SLACK_S:
+            return False
+    return True

@@ -1,0 +1,114 @@
+"""Lab 0: the learner writes the profiler code, and the checker grades their own profile.
+
+Real checks, on real traces written by the learner's own torch.profiler: the
+reference passes; the untouched exercise (no profiler) fails; a profile of
+every step, a missing label, wrong answers and faked traces each fail with
+the reason, and where to look.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import explain, failing, statuses
+
+LAB = "00_profiler"
+
+
+def variant(kit, name: str, *edits: tuple[str, str]) -> str:
+    """The reference solution with ``edits`` (old, new) made, in the lab's folder."""
+    source = (kit.root / "labs" / LAB / "solution.py").read_text()
+    for old, new in edits:
+        assert old in source, old
+        source = source.replace(old, new)
+    path = kit.root / "labs" / LAB / name
+    path.write_text(source)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def lab0_kit(kit, tmp_path_factory):
+    from conftest import sharing_data
+
+    return sharing_data(tmp_path_factory.mktemp("lab0"), kit)
+
+
+def test_the_reference_profile_passes_with_a_small_overhead(lab0_kit):
+    code, report = lab0_kit.check_decided("0", "--file", str(lab0_kit.root / "labs" / LAB / "solution.py"))
+    assert code == 0, explain(report)
+    assert statuses(report) == {"runs": "passed", "same_results": "passed", "evidence": "passed",
+                                "faster": "passed"}
+    ev = report["evidence"]
+    assert ev["steps"] == 3 and all(a["right"] for a in ev["answers"].values()), ev
+    assert report["comparison"]["speedup"] >= 1 / 1.25 or report["comparison"]["ci_low"] > 0
+    titles = [c["title"] for c in report["checks"]]
+    assert titles[2:] == ["Your own profile", "Low overhead"]
+
+
+def test_the_untouched_exercise_fails_for_want_of_a_profile(lab0_kit):
+    code, report = lab0_kit.check_json("0", "--rounds", "1")
+    assert code == 1, explain(report)
+    check = failing(report)
+    assert check["name"] == "evidence" and "wrote no profile" in check["rationale"]
+    assert "tensorboard_trace_handler(cfg.trace_dir)" in check["help"] and "schedule" in check["help"]
+
+
+CASES = {
+    "every_step": ([("schedule=schedule(wait=1, warmup=1, active=3, repeat=1),\n", "")],
+                   "profile a window, not the whole loop", "schedule"),
+    "no_optimizer_label": ([('            with record_function("optimizer"):\n                opt.step()',
+                             "            opt.step()")], "no 'optimizer' label", 'record_function("optimizer")'),
+    "wrong_answers": ([('"top_operator": "aten::convolution_backward"', '"top_operator": "aten::add_"'),
+                       ('"conv_calls": 20', '"conv_calls": 17')], "2 of your 3 answers do not match",
+                      "self_cpu_time_total"),
+    "writes_its_own_trace": ([("import torch\n", "import json\n\nimport torch\n"),
+                              ("    sort_by =", '    open(f"{cfg.trace_dir}/x.pt.trace.json", "w").write(json.dumps({}))\n'
+                                              "    sort_by =")], "refuses", "guards against"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_profile_that_misses_the_point_fails_and_says_where_to_look(lab0_kit, case):
+    edits, why, where = CASES[case]
+    path = variant(lab0_kit, f"{case}.py", *edits)
+    code, report = lab0_kit.check_json("0", "--file", path, "--rounds", "1")
+    assert code == 1, explain(report)
+    check = failing(report)
+    assert why in check["rationale"], explain(report)
+    assert where in check["help"] + " ".join(check.get("details", [])), check
+
+
+def test_run_prints_the_learners_table_and_serves_their_trace(lab0_kit):
+    proc = lab0_kit.run("run", "0", "--file", str(lab0_kit.root / "labs" / LAB / "solution.py"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "aten::convolution_backward" in proc.stdout and "Self CPU" in proc.stdout
+    traces = list((lab0_kit.root / "runs" / "00-profiler" / "reference").glob("*.pt.trace.json"))
+    assert len(traces) == 1
+    assert "with your profiler" in proc.stdout
+
+
+def test_a_trace_copied_from_an_earlier_run_is_not_this_runs(lab0_kit):
+    """With the source audit off (file copies are refused by it), a trace from an earlier run, copied
+    into cfg.trace_dir, is caught by its clock: it was not written while this run ran."""
+    run = lab0_kit.run("run", "0", "--file", str(lab0_kit.root / "labs" / LAB / "solution.py"))
+    assert run.returncode == 0, run.stderr
+    original = (lab0_kit.root / "labs" / LAB / "original.py").read_text()
+    fake = original.replace("import torch\n", "import glob\nimport shutil\n\nimport torch\n", 1).replace(
+        '        yield {"loss": loss.detach()}\n',
+        '        yield {"loss": loss.detach()}\n'
+        '    for old in glob.glob("../../runs/00-profiler/reference/*.pt.trace.json"):\n'
+        '        shutil.copy(old, cfg.trace_dir)\n', 1)
+    fake = fake.replace('"top_operator": ""', '"top_operator": "aten::convolution_backward"').replace(
+        '"conv_calls": 0', '"conv_calls": 20').replace('"backward_share": 0.0', '"backward_share": 0.55')
+    path = lab0_kit.root / "labs" / LAB / "copies_a_trace.py"
+    path.write_text(fake)
+    proc = subprocess.run([sys.executable, "-m", "proflab", "check", "0", "--file", str(path), "--json",
+                           "--rounds", "1"], cwd=lab0_kit.root, env={**lab0_kit.env(), "PROFLAB_AUDIT": "off"},
+                          capture_output=True, text=True, timeout=600)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1, explain(report)
+    assert "not written by this run's profiler" in failing(report)["rationale"], explain(report)
