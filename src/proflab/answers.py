@@ -98,7 +98,7 @@ def _calls_per_step(name: str) -> Callable[[Trace], Measured]:
 def _label_share(label: str) -> Callable[[Trace], Measured]:
     def metric(trace: Trace) -> Measured:
         steps = trace.steps
-        inside = sum(e.dur for e in _in_steps(trace, [e for e in trace.events if e.name == label]))
+        inside = sum(e.dur for e in _in_steps(trace, _on_host(trace, label)))
         share = inside / (sum(s.dur for s in steps) or 1.0)
 
         def accepts(answer: Any, tolerance: float) -> bool:
@@ -118,11 +118,16 @@ METRICS: dict[str, Callable[[Trace], Measured]] = {
 }
 
 
+def _on_host(trace: Trace, name: str) -> list[Event]:
+    """The ranges named ``name`` on the host (on CUDA a label also has its range on the device)."""
+    return [e for e in trace.events if e.name == name and not e.cat.startswith("gpu_")]
+
+
 def missing_labels(trace: Trace, labels: tuple[str, ...]) -> dict[str, int]:
     """Each label missing from some step of the trace, with how many steps lack it."""
     missing = {}
     for label in labels:
-        events = [e for e in trace.events if e.name == label]
+        events = _on_host(trace, label)
         lacking = sum(1 for s in trace.steps if not any(s.ts <= e.ts < s.end for e in events))
         if lacking:
             missing[label] = lacking

@@ -134,7 +134,8 @@ def cmd_list(args) -> int:
     if not found:
         err.print("[red]proflab:[/] no lab's manifest loads; fix the lab.toml files above")
         return 3
-    out.print("\n[dim]Start with:[/] proflab run 1   [dim]then[/] proflab check 1")
+    first = found[0].number
+    out.print(f"\n[dim]Start with:[/] proflab run {first}   [dim]then[/] proflab check {first}")
     return 0
 
 

@@ -48,7 +48,10 @@ class Trace:
 
     @property
     def steps(self) -> list[Event]:
-        return sorted((e for e in self.events if e.name.startswith("ProfilerStep#")), key=lambda e: e.ts)
+        """The profiled steps on the host; on CUDA the trace also holds each step's range on the device
+        (``gpu_user_annotation``), which is the same step again."""
+        return sorted((e for e in self.events if e.name.startswith("ProfilerStep#") and not e.cat.startswith("gpu_")),
+                      key=lambda e: e.ts)
 
     def within_steps(self, predicate: Callable[[Event], bool]) -> list[Event]:
         steps = self.steps
