@@ -792,7 +792,7 @@ def _overhead(lab: labs.Lab, report: Report, faster: Check, cmp: stats.Compariso
     limit = lab.overhead.get(report.device, lab.overhead["cpu"])
     cost = 1.0 / cmp.speedup - 1.0 if cmp.speedup else float("inf")
     measured = measured.replace(f"{cmp.speedup:.2f}× (", f"{cost:+.0%}, {cmp.speedup:.2f}× the speed (", 1)
-    interval = (f"95% interval {1 / cmp.ci_high - 1:+.0%} to {1 / cmp.ci_low - 1:+.0%}"
+    interval = (f"95% interval {1 / cmp.ci_high - 1:+.1%} to {1 / cmp.ci_low - 1:+.1%}"
                 if cmp.rounds > 1 and cmp.ci_low > 0 else "one round: no interval")
     expected = f"at most {limit:+.0%} on {report.device}"
     if decision == stats.PASS:

@@ -140,19 +140,22 @@ def cmd_list(args) -> int:
 
 
 PRINTED_LINES_SHOWN = 10  # the tail of what a profiled lab file printed
+RUN_OUTPUT_CHARS = 256_000  # what `proflab run` keeps of a program's output (a table with every row fits)
 
 
 def cmd_run(args) -> int:
     lab, file = _lab_and_file(args.lab, args.file, args.version)
     label = _label(lab, file)
     w = lab.workload
-    with _status(f"Profiling {file.name}: {w.warmup_steps} warm-up, {w.timed_steps} timed, "
-                 f"{w.profile_steps} profiled steps…"), checks.workspace("run-") as work:
+    doing = (f"Running {file.name}: {w.warmup_steps + w.timed_steps} steps, profiled by your own code…"
+             if lab.profiling else f"Profiling {file.name}: {w.warmup_steps} warm-up, {w.timed_steps} timed, "
+                                   f"{w.profile_steps} profiled steps…")
+    with _status(doing), checks.workspace("run-") as work:
         copy = checks.snapshot(file, work / "file")  # what is profiled, even if the file is saved meanwhile
         outcome = execute.run(lab, copy, label, device=args.device, trace_dir=work / "trace", table=True,
                               record_shapes=args.record_shapes, profile_memory=args.profile_memory,
                               with_stack=args.with_stack, timeout_s=args.timeout, workdir=file.parent,
-                              shown_as=file)
+                              shown_as=file, output_chars=RUN_OUTPUT_CHARS)
         for key in ("traceback", "message", "file"):
             if isinstance(outcome.result.get(key), str):
                 outcome.result[key] = outcome.result[key].replace(str(copy), str(file))
@@ -160,11 +163,17 @@ def cmd_run(args) -> int:
             outcome.result["trace"] = str(traces.publish(outcome.result["trace"], checks.trace_dir(lab, label)))
     if outcome.status == "kit":
         raise errors.KitError(outcome.result["message"])
+    r = outcome.result
+    if outcome.ok:
+        out.print(f"[bold]Lab {lab.number} · {escape(lab.title)}[/] — {escape(paths.display(file))} on "
+                  f"{r['device']} [dim](torch {r['torch']}, {r['threads']} threads)[/]", soft_wrap=True)
     printed = outcome.stdout.rstrip().splitlines()
     if printed:
-        shown = PRINTED_LINES_SHOWN * (4 if lab.profiling else 1)  # lab 0: the learner's own table
+        # Lab 0's output is the learner's own table: all of it; elsewhere the tail, or all with --verbose.
+        shown = len(printed) if lab.profiling or args.verbose else PRINTED_LINES_SHOWN
         hidden = len(printed) - shown
-        out.print("[dim]Your program printed" + (f" ({hidden} earlier lines not shown):[/]" if hidden > 0 else ":[/]"))
+        out.print("[dim]Your program printed" + (f" ({hidden} earlier lines not shown; --verbose shows them):[/]"
+                                                 if hidden > 0 else ":[/]"))
         out.print(escape("\n".join(printed[-shown:])), soft_wrap=True)
     if not outcome.ok:
         check = checks.Check("runs", "It runs", "")
@@ -179,17 +188,16 @@ def cmd_run(args) -> int:
         elif outcome.result.get("traceback"):
             err.print("  [dim](--verbose shows the full traceback)[/]")
         return 1
-    r = outcome.result
     table = r.get("table") or {}
-    out.print(f"[bold]Lab {lab.number} · {escape(lab.title)}[/] — {escape(paths.display(file))} on {r['device']}"
-              f" [dim](torch {r['torch']}, {r['threads']} threads)[/]")
     if table:
         out.print(f"\n[dim]prof.key_averages().table(sort_by=\"{table['sort_by']}\") over the profiled steps:[/]")
         out.print(escape(table["text"]), soft_wrap=True)
     times = sorted(r["step_times"])
     out.print(f"Step time over {len(times)} timed steps: mean {r['mean_step_s'] * 1000:.1f} ms, "
               f"median {times[len(times) // 2] * 1000:.1f} ms "
-              + ("(with your profiler, as your file runs it)" if lab.profiling else "(profiler off while timing)"))
+              + ("(profiler off while timing)" if not lab.profiling else
+                 "(with your profiler, as your file runs it)" if r.get("traces_found") else
+                 "(no profiler ran: your code wrote no trace yet)"))
     _summaries(lambda: summaries.write_step_times(lab, label, r["step_times"]))
     progress.safely(lambda: progress.remember_run(lab.slug, label),
                     "the run was not remembered for proflab tensorboard")

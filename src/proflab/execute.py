@@ -85,14 +85,14 @@ class Marks:
         return [t for c, t in self.stamps if c == code]
 
 
-def _tail(path: Path) -> str:
+def _tail(path: Path, keep: int = OUTPUT_TAIL_CHARS) -> str:
     with open(path, "rb") as f:
         f.seek(0, os.SEEK_END)
         size = f.tell()
-        f.seek(max(0, size - OUTPUT_TAIL_CHARS))
+        f.seek(max(0, size - keep))
         text = f.read().decode("utf-8", errors="replace")
     text = quiet.clean(text)
-    return ("…\n" + text) if size > OUTPUT_TAIL_CHARS else text
+    return ("…\n" + text) if size > keep else text
 
 
 def _stop(proc: subprocess.Popen, tree: processes.Tree) -> None:
@@ -120,6 +120,7 @@ def run(
     checking: bool = False,
     workdir: Path | None = None,
     shown_as: Path | None = None,
+    output_chars: int = OUTPUT_TAIL_CHARS,
 ) -> Outcome:
     """Run ``file`` (a version of ``lab``) once in a fresh subprocess, in ``workdir`` (default: the file's folder).
 
@@ -181,7 +182,8 @@ def run(
             env[storage.ENV_VAR] = service.address
         outcome = _run_in(scratch, spec, file, version, env=env,
                           limit=timeout_s if timeout_s is not None else w.timeout_s, memory_mb=w.memory_mb,
-                          background_allowed=w.background_workers, workdir=workdir or file.resolve().parent)
+                          background_allowed=w.background_workers, workdir=workdir or file.resolve().parent,
+                          output_chars=output_chars)
         if service is not None:
             service.close()
             _check_storage(outcome, service.reads, w.batch_size)
@@ -220,7 +222,7 @@ def _check_storage(outcome: Outcome, reads: list[storage.Read], batch_size: int)
 
 def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: dict[str, str],
             limit: float, memory_mb: float = 8192.0, background_allowed: bool = True,
-            workdir: Path | None = None) -> Outcome:
+            workdir: Path | None = None, output_chars: int = OUTPUT_TAIL_CHARS) -> Outcome:
     read_end, write_end = os.pipe()
     spec["mark_fd"] = write_end
     try:
@@ -272,7 +274,7 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
             else:
                 reader.join(timeout=5)
     outcome = Outcome(version=version, file=file, status="", wall_s=time.perf_counter() - started,
-                      returncode=proc.returncode, stdout=_tail(out_path), stderr=_tail(err_path))
+                      returncode=proc.returncode, stdout=_tail(out_path, output_chars), stderr=_tail(err_path))
     if stopped == "timeout":
         outcome.status = "timeout"
         outcome.result = {"kind": "timeout", "message": f"did not finish within {limit:g} s"}
