@@ -2,7 +2,8 @@
 
 Lab 0 grades what the learner's own profiler costs. This measures, in
 alternating fresh subprocesses run as the checker runs them (every step
-counted, the profiler's export and table included), the time per step of:
+counted with the profiler's cost inside it; what runs after the last step, such as
+printing the table, is not), the time per step of:
 
 * the unprofiled original (the exercise as handed out),
 * the reference solution (a window of three labelled steps),
@@ -81,7 +82,8 @@ def main() -> int:
     lines = [f"# Lab 0 overheads, {stamp}", "",
              f"Machine: {platform.platform()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
              f"device {args.device}; {args.rounds} rounds, versions alternating in fresh processes, every step "
-             "counted as the checker counts it (the profiler's export and table included).", "",
+             "counted as the checker counts it (the profiler's cost inside the steps; what runs after the last "
+             "step, the table or heavy.py's export, is not).", "",
              "| version | time per step (ms) | overhead vs the original | trace |", "|---|---|---|---|"]
     for version in VERSIONS:
         over = "–" if version == "original" else spread(overheads(version), "{:+.0%}")

@@ -315,11 +315,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             for _ in range(timed):
                 advance()
                 mark(b"T")
-            if spec.get("learner_profiles"):  # what follows its last step (its profiler's export, its table)
-                _drain(iterator, len(kept), path)
             sync()
             end = _clock()
             mark(b"E")
+            if spec.get("learner_profiles"):  # what follows its last step (its table), after the timed window
+                _drain(iterator, len(kept), path)
             beside = _background(threads_before, end - start, bool(spec.get("background_workers")))
             if beside:
                 raise _Failure("background", f"work went on beside the timed steps: {beside}", file=str(path))
