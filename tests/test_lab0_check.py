@@ -112,3 +112,16 @@ def test_a_trace_copied_from_an_earlier_run_is_not_this_runs(lab0_kit):
     report = json.loads(proc.stdout)
     assert proc.returncode == 1, explain(report)
     assert "not written by this run's profiler" in failing(report)["rationale"], explain(report)
+
+
+def test_a_sound_fix_of_its_own_passes(lab0_kit):
+    """A learner's own version (a window of two steps after waiting two, its own printing, its own answers)."""
+    import shutil
+
+    from conftest import LEARNER_FILES
+
+    path = lab0_kit.root / "labs" / LAB / "own_table.py"
+    shutil.copyfile(LEARNER_FILES / "lab0_own_table.py", path)
+    code, report = lab0_kit.check_decided("0", "--file", str(path))
+    assert code == 0, explain(report)
+    assert report["evidence"]["steps"] == 2

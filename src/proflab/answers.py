@@ -80,16 +80,21 @@ def top_self_cpu(trace: Trace) -> Measured:
                           "operators' self CPU time)", accepts)
 
 
+def _number_near(measured: float) -> Callable[[Any, float], bool]:
+    """An answer that is a number within the tolerance of ``measured`` (a bool is no number here)."""
+    def accepts(answer: Any, tolerance: float) -> bool:
+        return (isinstance(answer, (int, float)) and not isinstance(answer, bool)
+                and abs(answer - measured) <= tolerance + 1e-9)
+
+    return accepts
+
+
 def _calls_per_step(name: str) -> Callable[[Trace], Measured]:
     def metric(trace: Trace) -> Measured:
         calls = sum(1 for e in _in_steps(trace, trace.events) if e.name == name)
         per_step = calls / len(trace.steps)
 
-        def accepts(answer: Any, tolerance: float) -> bool:
-            return (isinstance(answer, (int, float)) and not isinstance(answer, bool)
-                    and abs(answer - per_step) <= tolerance + 1e-9)
-
-        return Measured(per_step, f"{per_step:g} calls of {name} per step", accepts)
+        return Measured(per_step, f"{per_step:g} calls of {name} per step", _number_near(per_step))
 
     metric.__doc__ = f"How many times {name} runs in one step."
     return metric
@@ -101,11 +106,7 @@ def _label_share(label: str) -> Callable[[Trace], Measured]:
         inside = sum(e.dur for e in _in_steps(trace, _on_host(trace, label)))
         share = inside / (sum(s.dur for s in steps) or 1.0)
 
-        def accepts(answer: Any, tolerance: float) -> bool:
-            return (isinstance(answer, (int, float)) and not isinstance(answer, bool)
-                    and abs(answer - share) <= tolerance + 1e-9)
-
-        return Measured(share, f"{share:.2f} of each step in '{label}'", accepts)
+        return Measured(share, f"{share:.2f} of each step in '{label}'", _number_near(share))
 
     metric.__doc__ = f"The share of a step spent inside the label {label!r}."
     return metric
