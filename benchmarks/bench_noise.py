@@ -109,6 +109,7 @@ exact = true
 metric = "op_count"
 label = "operators per step"
 unit = "ops"
+max_vs_original = 1.0
 where = "the trace"
 [speedup]
 cpu = 1.0

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
-from . import breakdown, compare, errors, evidence, execute, labs, paths, stats, traces
+from . import breakdown, compare, errors, evidence, execute, forkserver, labs, paths, stats, traces
 from .labs import format_value
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -278,8 +278,10 @@ def check(
             report.file_sha256 = labs.sha256(learner)
             try:
                 data = _prepare_data(lab)
-                _grade(lab, learner, label, device, rounds, timeout, report, on_progress,
-                       workdir=workdir or Path(file).resolve().parent, work=work, shown_as=Path(file), data=data)
+                with forkserver.session():  # torch is imported once for the check's runs, not once each
+                    _grade(lab, learner, label, device, rounds, timeout, report, on_progress,
+                           workdir=workdir or Path(file).resolve().parent, work=work, shown_as=Path(file),
+                           data=data)
             finally:
                 _publish_traces(lab, label, report)
                 name_the_file(report, learner, Path(file))

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import errors, labs, paths, processes, quiet, storage
+from . import errors, forkserver, labs, paths, processes, quiet, storage
 
 OUTPUT_TAIL_CHARS = 4000
 POLL_S = 0.25  # how often a running lab's memory is looked at
@@ -95,7 +95,29 @@ def _tail(path: Path, keep: int = OUTPUT_TAIL_CHARS) -> str:
     return ("…\n" + text) if size > keep else text
 
 
-def _stop(proc: subprocess.Popen, tree: processes.Tree) -> None:
+# Runs are forked from a server that has imported torch once (``forkserver``); False: each run is a
+# fresh ``python -m proflab.runner`` (as it is anyway where the server cannot be used).
+FORK = True
+
+
+def _start(server, scratch: Path, spec: dict[str, Any], env: dict[str, str], workdir: Path, out, err,
+           mark_fd: int):
+    """The run's first process: forked by ``server``, or (with no server, or one that fails to fork)
+    a fresh ``python -m proflab.runner SPEC``."""
+    if server is not None:
+        try:
+            return server.spawn(scratch / "spec.json", workdir, env, out.fileno(), err.fileno(), mark_fd)
+        except forkserver.ServerError:
+            spec["mark_fd"] = mark_fd
+            (scratch / "spec.json").write_text(json.dumps(spec))
+    return subprocess.Popen(
+        [sys.executable, "-m", "proflab.runner", str(scratch / "spec.json")],
+        stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=workdir, env=env,
+        start_new_session=True, pass_fds=(mark_fd,),
+    )
+
+
+def _stop(proc, tree: processes.Tree) -> None:
     """Stop the run and every process it started, wherever they moved; a second Ctrl-C (or a
     SIGTERM, a SIGHUP) arrives once nothing is left running."""
     with processes.shielded():
@@ -223,21 +245,26 @@ def _check_storage(outcome: Outcome, reads: list[storage.Read], batch_size: int)
 def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: dict[str, str],
             limit: float, memory_mb: float = 8192.0, background_allowed: bool = True,
             workdir: Path | None = None, output_chars: int = OUTPUT_TAIL_CHARS) -> Outcome:
+    workdir = Path(workdir or os.getcwd())
+    processes.become_subreaper()  # what the run starts and orphans is re-parented here, not to init
+    # Before the run's siblings are counted: the server is this process's child, not the run's.
+    server, shared = forkserver.server_for(env, leave_out=(storage.ENV_VAR,)) if FORK else (None, False)
     read_end, write_end = os.pipe()
-    spec["mark_fd"] = write_end
+    spec["mark_fd"] = forkserver.MARK_FD if server is not None else write_end
     try:
         (scratch / "spec.json").write_text(json.dumps(spec))
         out_file, err_file = open(scratch / "stdout.txt", "wb"), open(scratch / "stderr.txt", "wb")
     except OSError as e:
         os.close(read_end)
         os.close(write_end)
+        if server is not None and not shared:
+            server.close()
         raise errors.KitError(errors.describe(e, "write")) from None
     result_path = Path(spec["result_path"])
     out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
     marks = Marks()
     child: dict[str, processes.Tree] = {}
     reader = threading.Thread(target=_read_marks, args=(read_end, marks, child), daemon=True)
-    processes.become_subreaper()  # what the run starts and orphans is re-parented here, not to init
     others = processes.children_of_mine()
     started = time.perf_counter()
     proc = tree = None
@@ -245,14 +272,11 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
     with out_file as out, err_file as err:
         try:
             try:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "proflab.runner", str(scratch / "spec.json")],
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=workdir, env=env,
-                    start_new_session=True, pass_fds=(write_end,),
-                )
+                proc = _start(server, scratch, spec, env, workdir, out, err, write_end)
             finally:
                 os.close(write_end)
-            tree = child["tree"] = processes.Tree(proc.pid, others)
+            parent = server.proc.pid if isinstance(proc, forkserver.Child) else None
+            tree = child["tree"] = processes.Tree(proc.pid, others, parent=parent)
             reader.start()
             while proc.poll() is None:
                 if time.perf_counter() - started > limit:
@@ -273,6 +297,8 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
                 os.close(read_end)
             else:
                 reader.join(timeout=5)
+            if server is not None and not shared:
+                server.close()
     outcome = Outcome(version=version, file=file, status="", wall_s=time.perf_counter() - started,
                       returncode=proc.returncode, stdout=_tail(out_path, output_chars), stderr=_tail(err_path))
     if stopped == "timeout":

@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from . import checks, labs, paths, processes
+from . import checks, forkserver, labs, paths, processes
 
 if TYPE_CHECKING:
     from .journal import Journal
@@ -325,7 +325,18 @@ def grade(
     started = time.perf_counter()
     label = labels(found.learners)
     graded: list[Graded] = []
-    pending: list[Submission] = []
+    with forkserver.session():  # torch imported once for the whole class (once per lab), not once per run
+        resumed = _grade_each(found, label, graded, device, rounds, timeout_s, on_start, on_progress, on_done,
+                              journal)
+    pending = list(found.submissions[len(graded):])  # not empty only when interrupted
+    return Result(found.folder, graded, list(found.skipped), found.learners, started_at,
+                  time.perf_counter() - started, pending=pending, resumed=resumed)
+
+
+def _grade_each(found: Found, label: dict[str, str], graded: list[Graded], device: str, rounds: int | None,
+                timeout_s: float | None, on_start: Started, on_progress: checks.Progress, on_done: Finished,
+                journal: "Journal | None") -> int:
+    """Grade the submissions in turn into ``graded``, until done or interrupted; how many were resumed."""
     resumed = 0
     total = len(found.submissions)
     for i, sub in enumerate(found.submissions, 1):
@@ -343,10 +354,8 @@ def grade(
             graded.append(item)
             on_done(i, total, item)
         except KeyboardInterrupt:  # whatever it interrupted, what was graded is kept (and journaled)
-            pending = list(found.submissions[len(graded):])
             break
-    return Result(found.folder, graded, list(found.skipped), found.learners, started_at,
-                  time.perf_counter() - started, pending=pending, resumed=resumed)
+    return resumed
 
 
 def _check(sub: Submission, label: str, device: str, rounds: int | None, timeout_s: float | None,

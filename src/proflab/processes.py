@@ -94,9 +94,11 @@ def children_of_mine() -> set[int]:
 class Tree:
     """The processes of one run: its first process ``root`` (a session and group leader) and all it starts."""
 
-    def __init__(self, root: int, others_before: set[int] | None = None):
+    def __init__(self, root: int, others_before: set[int] | None = None, parent: int | None = None):
         self.root = root
         self.me = os.getpid()
+        # The root's parent: this process, or the fork server that forked it (``forkserver``).
+        self.parent = parent or self.me
         # This process's other children (a TensorBoard a test started, say) are not the run's.
         self.before = set(others_before if others_before is not None else children_of_mine()) - {root}
         self.seen: dict[int, int] = {}  # pid -> start time, of every process of the run seen so far
@@ -109,7 +111,7 @@ class Tree:
         procs = _all()
         with self._lock:
             root_info = procs.get(self.root)
-            if root_info is not None and self.root not in self.seen and root_info[0] == self.me:
+            if root_info is not None and self.root not in self.seen and root_info[0] == self.parent:
                 self.seen[self.root] = root_info[3]
             # Once the root is gone, its PID may be given to an unrelated process: not followed then.
             reused = root_info is not None and self.seen.get(self.root) != root_info[3]
@@ -173,7 +175,7 @@ class Tree:
 
     def _reap(self, pids: set[int]) -> None:
         """Collect the exit status of the run's processes that were re-parented here (not the root: its
-        Popen does that), so none is left a zombie."""
+        Popen, or the fork server, does that), so none is left a zombie."""
         for pid in pids:
             if pid == self.root:
                 continue

@@ -1,0 +1,370 @@
+"""Where a run's process comes from: a server that imports torch once, and forks a fresh child per run.
+
+Importing torch, torchvision and torch._dynamo takes 3 to 7 s on a 2-core
+machine, and a check starts at least six runs. So the checker starts one
+server per check (per ``session``): a process that imports them, and the
+kit's runner, once, then waits. For every run it forks a child, which is
+the run's process: a session and process group of its own, its own standard
+streams (the run's output files), the run's working folder, environment and
+``sys.argv``, and nothing open but the checker's mark pipe. The child runs
+``proflab.runner`` exactly as ``python -m proflab.runner SPEC`` would, and
+the server reports its exit status.
+
+What keeps this as sound as a fresh process per run:
+
+* nothing of one run survives into the next: each child is forked from the
+  server as it was after its imports, and the server itself never runs a lab
+  file, an operator, or a CUDA call (a server that finds the CUDA driver
+  loaded after its imports is not used: runs then start as fresh processes);
+* the server is not dumpable (``PR_SET_DUMPABLE`` 0), so a run cannot attach
+  to it, or write its memory through ``/proc``, to slow down the runs forked
+  after it; each child is made dumpable again, so the checker can read its
+  memory figures;
+* the child holds no end of the server's socket; a server that dies, or
+  stops answering, is replaced, and its children were re-parented to the
+  checker (a child subreaper), which stops them with the rest of the run;
+* the server dies with the checker (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+MARK_FD = 3  # the mark pipe's number in a forked child
+MESSAGE_MAX = 1 << 20
+READY_TIMEOUT_S = 120.0  # importing torch on a very busy machine
+ANSWER_TIMEOUT_S = 10.0  # a fork, once asked for
+
+# What every server imports before it forks its first child: what the labs and the runner need.
+PRELOAD = ("torch", "torch.nn.functional", "torch.profiler", "torch.utils.data", "torch._dynamo",
+           "torchvision", "proflab.runner", "proflab.atomic", "proflab.labs", "proflab.quiet",
+           "proflab.labkit")
+
+
+class ServerError(RuntimeError):
+    """The server could not be started, or stopped answering."""
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+# ---------------------------------------------------------------- in the checker
+
+
+class Child:
+    """A run's process, forked by a server: what ``subprocess.Popen`` offers the checker (pid, poll, wait)."""
+
+    def __init__(self, server: "Server", pid: int):
+        self.server, self.pid, self.returncode = server, pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.server._exit_status(self.pid, 0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired("proflab.runner", timeout)
+            self.returncode = self.server._exit_status(self.pid, 0.5 if left is None else min(left, 0.5))
+        return self.returncode
+
+
+class Server:
+    """One fork server, started with ``env``; ``spawn`` forks a run from it."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock = mine
+        self.log = tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "proflab.forkserver", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log, env=env,
+                start_new_session=True, pass_fds=(theirs.fileno(),))
+        finally:
+            theirs.close()
+        self.usable = False
+        self.busy: int | None = None  # the child whose exit status is awaited
+        hello = self._receive(READY_TIMEOUT_S)
+        if hello is None or not hello.get("ready"):
+            self.close()
+            raise ServerError(f"the run server did not start: {self._log_tail() or 'no message'}")
+        self.usable = not hello.get("cuda_driver_loaded")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def spawn(self, spec_path: Path, cwd: Path, env: dict[str, str], stdout: int, stderr: int,
+              mark: int) -> Child:
+        request = json.dumps({"spec": str(spec_path), "cwd": str(cwd), "env": env}).encode()
+        if len(request) > MESSAGE_MAX:
+            raise ServerError("the run's environment is too large to send")
+        try:
+            socket.send_fds(self.sock, [request], [stdout, stderr, mark])
+        except OSError as e:
+            self.usable = False
+            raise ServerError(f"the run server is gone ({e.strerror or e})") from None
+        answer = self._receive(ANSWER_TIMEOUT_S)
+        if answer is None or not isinstance(answer.get("pid"), int):
+            self.usable = False
+            raise ServerError(f"the run server did not start the run: {self._log_tail() or 'no answer'}")
+        self.busy = answer["pid"]
+        return Child(self, answer["pid"])
+
+    def _exit_status(self, pid: int, timeout: float) -> int | None:
+        """The child's exit status once the server reports it; ``-SIGKILL`` when the server is gone (the
+        child was then re-parented to the checker, which stops and reaps it with the rest of the run)."""
+        if self.busy != pid:
+            return -signal.SIGKILL
+        try:
+            answer = self._receive(timeout, eof_ok=True)
+        except ServerError:
+            answer = {"gone": True}
+        if answer is None:
+            return None
+        self.busy = None
+        if "exit" in answer and isinstance(answer["exit"], int):
+            return answer["exit"]
+        self.usable = False  # gone, or said something else: not asked again
+        return -signal.SIGKILL
+
+    def _receive(self, timeout: float, eof_ok: bool = False) -> dict | None:
+        ready, _, _ = select.select([self.sock], [], [], timeout)
+        if not ready:
+            return None
+        try:
+            data = self.sock.recv(MESSAGE_MAX)
+        except OSError:
+            data = b""
+        if not data:
+            self.usable = False
+            if eof_ok:
+                return {"gone": True}
+            raise ServerError(f"the run server stopped: {self._log_tail() or 'no message'}")
+        try:
+            answer = json.loads(data)
+        except ValueError:
+            answer = None
+        return answer if isinstance(answer, dict) else {"garbled": True}
+
+    def _log_tail(self) -> str:
+        try:
+            self.log.seek(0)
+            return self.log.read().decode("utf-8", "replace").strip()[-600:]
+        except (OSError, ValueError):
+            return ""
+
+    def close(self) -> None:
+        """Stop the server (its children are the runs', stopped by the checker before this)."""
+        self.usable = False
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=2)  # it exits when its socket closes
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+_lock = threading.Lock()
+_sessions: list[dict[str, Server]] = []
+
+
+def _key(env: dict[str, str], leave_out: tuple[str, ...]) -> str:
+    return json.dumps(sorted((k, v) for k, v in env.items() if k not in leave_out))
+
+
+@contextmanager
+def session():
+    """Every run started inside it (in this thread or another) is forked from a server kept for the
+    session, one per environment; the servers stop when it ends. Sessions nest: the outermost keeps them."""
+    with _lock:
+        outer = bool(_sessions)
+        if not outer:
+            _sessions.append({})
+    try:
+        yield
+    finally:
+        if not outer:
+            with _lock:
+                servers = _sessions.pop()
+            for server in servers.values():
+                server.close()
+
+
+def server_for(env: dict[str, str], leave_out: tuple[str, ...] = ()) -> tuple[Server | None, bool]:
+    """A usable server for a run with ``env`` (the keys in ``leave_out`` may differ between runs), and
+    whether it is the session's (False: one for this run only, to be closed after it); (None, False)
+    when runs start as fresh processes (the server found the CUDA driver loaded, or could not start)."""
+    key = _key(env, leave_out)
+    with _lock:
+        servers = _sessions[-1] if _sessions else None
+        server = servers.get(key) if servers is not None else None
+        if server is not None and server.usable and server.alive():
+            return server, True
+        if server is not None:
+            server.close()
+            del servers[key]
+    base = {k: v for k, v in env.items() if k not in leave_out}
+    try:
+        server = Server(base)
+    except (ServerError, OSError):
+        return None, False
+    if not server.usable:
+        server.close()
+        return None, False
+    with _lock:
+        if servers is not None and _sessions and _sessions[-1] is servers:
+            servers[key] = server
+            return server, True
+    return server, False
+
+
+# ---------------------------------------------------------------- in the server
+
+
+def _serve(fd: int) -> None:
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(PR_SET_DUMPABLE, 0)
+    sock = socket.socket(fileno=fd)
+    import importlib
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a run that needs it reports the failure itself
+            pass
+    import proflab.labkit as labkit
+
+    for sub in ("blocks", "classify", "images", "photos", "recsys"):
+        try:
+            importlib.import_module(f"{labkit.__name__}.{sub}")
+        except Exception:  # noqa: BLE001
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sock.send(json.dumps({"ready": True, "cuda_driver_loaded": _cuda_driver_loaded()}).encode())
+    while True:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(sock, MESSAGE_MAX, 3)
+        except OSError:
+            return
+        if not data:
+            return
+        try:
+            request = json.loads(data)
+            assert len(fds) == 3
+        except (ValueError, AssertionError):
+            for f in fds:
+                os.close(f)
+            sock.send(json.dumps({"error": "a request the server does not understand"}).encode())
+            continue
+        pid = os.fork()
+        if pid == 0:
+            _child(request, fds, sock)  # never returns
+        for f in fds:
+            os.close(f)
+        sock.send(json.dumps({"pid": pid}).encode())
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                status = 0
+                break
+        try:
+            sock.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
+        except OSError:
+            return
+
+
+def _cuda_driver_loaded() -> bool:
+    """Whether the CUDA driver library is mapped into this process (a child forked after that could
+    not use CUDA)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return any("libcuda.so" in line for line in maps)
+    except OSError:
+        return True  # cannot tell: do not fork
+
+
+def _child(request: dict, fds: list[int], sock: socket.socket) -> None:
+    """The run's process: set up as ``python -m proflab.runner SPEC`` would be, then run it."""
+    code = 1
+    try:
+        os.setsid()
+        _prctl(PR_SET_DUMPABLE, 1)
+        sock.close()
+        stdout, stderr, mark = fds
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(stdout, 1)
+        os.dup2(stderr, 2)
+        os.dup2(mark, MARK_FD)
+        os.closerange(MARK_FD + 1, _max_fd())
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        import random
+
+        random.seed()  # a fresh process's Python RNG, not the server's
+        import proflab.runner as runner
+
+        sys.argv = [runner.__file__, request["spec"]]
+        sys.path[0] = request["cwd"]
+        code = runner.main([request["spec"]])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - as an uncaught exception would end a fresh process
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code if isinstance(code, int) else 1)
+
+
+def _max_fd() -> int:
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (OSError, ValueError):
+        return 4096
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]))
