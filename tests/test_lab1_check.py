@@ -21,9 +21,9 @@ def test_reference_solution_passes(solution_check):
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
     cmp = report["comparison"]
     assert cmp["speedup"] >= report["threshold"] == 1.5
-    assert cmp["rounds"] >= 3
+    assert cmp["rounds"] >= 2  # the lab's base rounds
     # every round was timed: one mean step time per run, per version
-    assert len(report["timings"]["original"]) == len(report["timings"]["learner"]) == cmp["rounds"] >= 3
+    assert len(report["timings"]["original"]) == len(report["timings"]["learner"]) == cmp["rounds"] >= 2
     ratios = [o / m for o, m in zip(report["timings"]["original"], report["timings"]["learner"])]
     assert cmp["ratio_low"] == pytest.approx(min(ratios))
     assert cmp["ratio_high"] == pytest.approx(max(ratios))

@@ -48,8 +48,8 @@ def test_reference_solution_passes(lab2_solution):
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
     cmp = report["comparison"]
     assert cmp["speedup"] >= report["threshold"] == 10.0
-    assert cmp["rounds"] >= 3
-    assert len(report["timings"]["original"]) == len(report["timings"]["learner"]) == cmp["rounds"] >= 3
+    assert cmp["rounds"] >= 2  # the lab's base rounds
+    assert len(report["timings"]["original"]) == len(report["timings"]["learner"]) == cmp["rounds"] >= 2
 
 
 def test_reference_latency_median_and_p95(lab2_solution):

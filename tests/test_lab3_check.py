@@ -35,7 +35,7 @@ def test_reference_solution_passes(lab3_solution):
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
     cmp = report["comparison"]
     assert cmp["speedup"] >= report["threshold"] == 1.1
-    assert cmp["rounds"] >= 3
+    assert cmp["rounds"] >= 2  # the lab's base rounds
 
 
 def test_reference_reads_far_fewer_elements_outside_matrix_products(lab3_solution):

@@ -399,11 +399,12 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
         what = "original" if which == "original" else Path(file).name
         on_progress(f"round {round_no}/{rounds}: running the {what}" if round_no <= rounds else
                     f"extra round {round_no}: the speed-up is close to the threshold, measuring again ({what})")
-        try:
+        try:  # a version's first run is profiled; the later ones only time it, so stop after the timed steps
             outcome = execute.run(lab, original if which == "original" else file, name, device=device,
                                   trace_dir=work / "traces" / which if first else None, timeout_s=timeout,
                                   checking=True, workdir=lab.folder if which == "original" else workdir,
-                                  shown_as=lab.original if which == "original" else shown_as)
+                                  shown_as=lab.original if which == "original" else shown_as,
+                                  steps=None if first else {"profile_steps": 0})
         except errors.KitError as e:
             raise NotGraded(str(e)) from None
         if outcome.status == "kit":
@@ -450,7 +451,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                                     "this is a problem of the kit or the machine, not of your fix")
                     report.traceback = outcome.result.get("traceback", "") or outcome.stderr
                     return
-                if originals and (diff := compare.compare(originals[0].result["results"], outcome.result["results"], lab.results)):
+                if originals and (diff := compare.compare(_expected(originals[0], outcome), outcome.result["results"], lab.results)):
                     report.verdict = "error"
                     report.error = f"two runs of the original disagree ({diff.message}): the lab is not deterministic here"
                     return
@@ -460,7 +461,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
         report.device = device
 
         for run in learners[len(report.timings["learner"]):]:
-            diff = compare.compare(originals[0].result["results"], run.result["results"], lab.results)
+            diff = compare.compare(_expected(originals[0], run), run.result["results"], lab.results)
             unread = (run.result.get("storage") or {}).get("unread")
             if diff is not None or unread:
                 runs.passed(f"{Path(file).name} ran all {lab.workload.total_steps} steps",
@@ -503,6 +504,12 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
 
     _faster(lab, report, faster)
     report.verdict = {PASSED: PASSED, FAILED: FAILED}.get(faster.status, INCONCLUSIVE)
+
+
+def _expected(first_original: execute.Outcome, run: execute.Outcome) -> list[dict]:
+    """The values the original's first run yielded, for as many steps as ``run`` was asked for (a later
+    run stops after its timed steps: its values are held to the original's first ones)."""
+    return first_original.result["results"][:run.steps_asked]
 
 
 def _refused(lab: labs.Lab, file: Path, report: Report, runs: Check) -> bool:

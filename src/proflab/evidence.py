@@ -12,8 +12,6 @@ manifest names the one that proves its fix.
 
 from __future__ import annotations
 
-import gzip
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -91,12 +89,12 @@ class Measure:
 
 
 def load(path: str | Path) -> Trace:
+    from .traces import read
+
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            raw = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
+        raw = read(path)
+    except (OSError, ValueError, EOFError) as e:
         raise TraceError(f"cannot read trace {path}: {e}") from None
     return from_data(path, raw)
 

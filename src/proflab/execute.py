@@ -62,6 +62,7 @@ class Outcome:
     wall_s: float = 0.0
     returncode: int | None = None
     trace: Any = field(default=None, repr=False)  # the trace, read and checked once (an evidence.Trace)
+    steps_asked: int = 0  # the steps the run was to take: warm-up, timed and profiled
 
     @property
     def ok(self) -> bool:
@@ -206,6 +207,7 @@ def run(
                           limit=timeout_s if timeout_s is not None else w.timeout_s, memory_mb=w.memory_mb,
                           background_allowed=w.background_workers, workdir=workdir or file.resolve().parent,
                           output_chars=output_chars)
+        outcome.steps_asked = spec["warmup_steps"] + spec["timed_steps"] + spec["profile_steps"]
         if service is not None:
             service.close()
             _check_storage(outcome, service.reads, w.batch_size)
@@ -504,7 +506,7 @@ def _take_trace(outcome: Outcome, trace_dir: str | None) -> None:
     import hashlib
 
     from . import evidence
-    from .traces import fix_for_plugin
+    from .traces import fix_for_plugin, parse
 
     path = Path(outcome.result["trace"])
     raw = None
@@ -520,8 +522,8 @@ def _take_trace(outcome: Outcome, trace_dir: str | None) -> None:
                           "wrote it, before the checker could read it"}
         return
     try:  # read once: prepared for TensorBoard, then kept for the evidence
-        data = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
-    except (OSError, ValueError):
+        data = parse(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+    except (OSError, ValueError, EOFError, RecursionError):
         return  # not a trace: the checker says so when it reads the evidence
     fix_for_plugin(path, data)
     outcome.result["trace_sha256"] = labs.sha256(path)  # a trace of tens of MB: a few tens of ms
@@ -544,7 +546,7 @@ def _take_learner_trace(outcome: Outcome, folder: Path) -> None:
     import gzip
 
     from . import evidence
-    from .traces import fix_for_plugin
+    from .traces import fix_for_plugin, parse
 
     found = sorted(p for p in folder.glob("*.pt.trace.json*") if p.is_file() and not p.is_symlink()) \
         if folder.is_dir() else []
@@ -556,7 +558,7 @@ def _take_learner_trace(outcome: Outcome, folder: Path) -> None:
     outcome.result["trace_mb"] = path.stat().st_size / 1e6
     try:
         raw = path.read_bytes()
-        data = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+        data = parse(gzip.decompress(raw) if path.suffix == ".gz" else raw)
         if not isinstance(data, dict):
             raise ValueError("not a trace")
         outcome.result["trace_written_as"] = str(data.get("traceName", ""))

@@ -19,10 +19,42 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 from .atomic import write_text
 
 PLUGIN_CATEGORY = "cpu_op"
+
+try:  # twice as fast as the standard library on a trace of tens of MB, ten times at writing one
+    import orjson
+except ImportError:  # pragma: no cover - a dependency; the standard library does the same, slower
+    orjson = None
+
+
+def parse(raw: bytes | str) -> Any:
+    """A trace file's JSON (orjson where it can; the standard library for what orjson refuses, NaN say)."""
+    if orjson is not None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw)
+
+
+def dumps(data: Any) -> str:
+    if orjson is not None:
+        try:
+            return orjson.dumps(data).decode("utf-8")
+        except TypeError:  # what orjson cannot write (an integer beyond 64 bits): the standard library can
+            pass
+    return json.dumps(data)
+
+
+def read(path: str | Path) -> Any:
+    """A trace file (``.json`` or ``.json.gz``), parsed."""
+    path = Path(path)
+    raw = path.read_bytes()
+    return parse(gzip.decompress(raw) if path.suffix == ".gz" else raw)
 
 
 def fix_for_plugin(path: str | Path, data: dict | None = None) -> int:
@@ -33,16 +65,14 @@ def fix_for_plugin(path: str | Path, data: dict | None = None) -> int:
     """
     path = Path(path)
     if data is None:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as f:
-            data = json.load(f)
+        data = read(path)
     changed = 0
     for event in data.get("traceEvents", []):
         if event.get("cat") == "user_annotation" and not str(event.get("name", "")).startswith("ProfilerStep#"):
             event["cat"] = PLUGIN_CATEGORY
             changed += 1
     if changed:
-        text = json.dumps(data)
+        text = dumps(data)
         if path.suffix == ".gz":
             tmp = path.with_name(path.name + ".tmp")
             with gzip.open(tmp, "wt", encoding="utf-8") as f:
