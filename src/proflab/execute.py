@@ -123,7 +123,10 @@ def _stop(proc, tree: processes.Tree) -> None:
     SIGTERM, a SIGHUP) arrives once nothing is left running."""
     with processes.shielded():
         tree.kill()
-        proc.wait()
+        if isinstance(proc, forkserver.Child):
+            proc.wait_or_forget()
+        else:
+            proc.wait()
 
 
 def run(
@@ -144,6 +147,7 @@ def run(
     workdir: Path | None = None,
     shown_as: Path | None = None,
     output_chars: int = OUTPUT_TAIL_CHARS,
+    preload: tuple[str, ...] | None = None,
 ) -> Outcome:
     """Run ``file`` (a version of ``lab``) once in a fresh subprocess, in ``workdir`` (default: the file's folder).
 
@@ -197,7 +201,7 @@ def run(
         "preimport": _mentions(file, "compile", "optim"),
         **(steps or {}),
     }
-    env = {**os.environ, **quiet.QUIET_ENV, **w.env, "PYTHONUNBUFFERED": "1"}
+    env = run_env(lab)
     service = None
     try:
         if lab.storage is not None:
@@ -206,7 +210,8 @@ def run(
         outcome = _run_in(scratch, spec, file, version, env=env,
                           limit=timeout_s if timeout_s is not None else w.timeout_s, memory_mb=w.memory_mb,
                           background_allowed=w.background_workers, workdir=workdir or file.resolve().parent,
-                          output_chars=output_chars)
+                          output_chars=output_chars,
+                          preload=preload if preload is not None else preload_for(lab.original, file))
         outcome.steps_asked = spec["warmup_steps"] + spec["timed_steps"] + spec["profile_steps"]
         if service is not None:
             service.close()
@@ -216,6 +221,58 @@ def run(
         if service is not None:
             service.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def warm(lab: labs.Lab, preload: tuple[str, ...]) -> None:
+    """Inside a ``forkserver.session``: start the server the runs of ``lab`` will be forked from now,
+    so that its imports overlap what the checker does before the first run."""
+    if FORK:
+        server, shared = forkserver.server_for(run_env(lab), (storage.ENV_VAR,), preload, _scratch_dir())
+        if server is not None and not shared:
+            server.close()
+
+
+def run_env(lab: labs.Lab) -> dict[str, str]:
+    """The environment of every run of ``lab`` (a run of a lab with storage adds the service's address)."""
+    return {**os.environ, **quiet.QUIET_ENV, **lab.workload.env, "PYTHONUNBUFFERED": "1"}
+
+
+# The packages whose modules a run's process may find imported already (``preload_for``).
+PRELOADED_PACKAGES = ("torch", "torchvision")
+
+
+def preload_for(*files: Path) -> tuple[str, ...]:
+    """What the fork server imports before it forks runs of ``files`` (the lab's original and the
+    learner's file): every module of torch and torchvision they import, anywhere in them, and in the
+    kit's lab modules they use; torch._dynamo where one may build an optimizer or compile (what the
+    runner would import before the first step anyway). Only names are read from the files: nothing
+    of theirs runs in the server."""
+    import ast
+
+    names: set[str] = set()
+    todo, seen = [Path(f) for f in files], set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            found = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            for name in found:
+                if name.split(".")[0] in PRELOADED_PACKAGES:
+                    names.add(name)
+                elif name.startswith("proflab.labkit"):
+                    names.add(name)
+                    module = Path(__file__).resolve().parent / Path(*name.split(".")[1:])
+                    todo += [module.with_suffix(".py"), module / "__init__.py"]
+    if any(_mentions(Path(f), "compile", "optim") for f in files):
+        names.add("torch._dynamo")
+    return tuple(sorted(names))
 
 
 def _mentions(file: Path, *words: str) -> bool:
@@ -246,11 +303,13 @@ def _check_storage(outcome: Outcome, reads: list[storage.Read], batch_size: int)
 
 def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: dict[str, str],
             limit: float, memory_mb: float = 8192.0, background_allowed: bool = True,
-            workdir: Path | None = None, output_chars: int = OUTPUT_TAIL_CHARS) -> Outcome:
+            workdir: Path | None = None, output_chars: int = OUTPUT_TAIL_CHARS,
+            preload: tuple[str, ...] = ()) -> Outcome:
     workdir = Path(workdir or os.getcwd())
     processes.become_subreaper()  # what the run starts and orphans is re-parented here, not to init
     # Before the run's siblings are counted: the server is this process's child, not the run's.
-    server, shared = forkserver.server_for(env, leave_out=(storage.ENV_VAR,)) if FORK else (None, False)
+    server, shared = forkserver.server_for(env, (storage.ENV_VAR,), preload, _scratch_dir()) if FORK \
+        else (None, False)
     read_end, write_end = os.pipe()
     spec["mark_fd"] = forkserver.MARK_FD if server is not None else write_end
     try:

@@ -48,10 +48,9 @@ MESSAGE_MAX = 1 << 20
 READY_TIMEOUT_S = 120.0  # importing torch on a very busy machine
 ANSWER_TIMEOUT_S = 10.0  # a fork, once asked for
 
-# What every server imports before it forks its first child: what the labs and the runner need.
-PRELOAD = ("torch", "torch.nn.functional", "torch.profiler", "torch.utils.data", "torch._dynamo",
-           "torchvision", "proflab.runner", "proflab.atomic", "proflab.labs", "proflab.quiet",
-           "proflab.labkit")
+# What every server imports before it forks its first child: torch, and what the runner needs; a run
+# asks for more (``execute.preload_for``: what the lab's files import).
+PRELOAD = ("torch", "torch.profiler", "proflab.runner", "proflab.atomic", "proflab.labs", "proflab.quiet")
 
 
 class ServerError(RuntimeError):
@@ -91,34 +90,68 @@ class Child:
         return self.returncode
 
 
-class Server:
-    """One fork server, started with ``env``; ``spawn`` forks a run from it."""
+    def wait_or_forget(self, timeout: float = ANSWER_TIMEOUT_S) -> int:
+        """``wait``, once the run is killed: a server that does not report the exit status by then (one
+        the run stopped, say) is killed, and the run counts as killed."""
+        try:
+            return self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.server.kill()
+            self.returncode = -signal.SIGKILL
+            return self.returncode
 
-    def __init__(self, env: dict[str, str]):
-        self.env = env
+
+class Server:
+    """One fork server, started with ``env``, importing ``preload``; ``spawn`` forks a run from it.
+
+    It starts importing at once; ``spawn`` waits until it is ready, so the
+    imports overlap whatever the checker does before its first run.
+    """
+
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = (), cwd: Path | None = None):
+        self.env, self.preload = env, tuple(preload)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = mine
         self.log = tempfile.TemporaryFile()
+        # An empty folder to start in, and -P: no module is found in the folder the checker runs in.
+        self.home = tempfile.mkdtemp(prefix="forkserver-", dir=cwd)
+        flags = ["-P"] if sys.version_info >= (3, 11) else []
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "proflab.forkserver", str(theirs.fileno())],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log, env=env,
+                [sys.executable, *flags, "-m", "proflab.forkserver", str(theirs.fileno()),
+                 json.dumps(list(PRELOAD) + [m for m in self.preload if m not in PRELOAD])],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log, env=env, cwd=self.home,
                 start_new_session=True, pass_fds=(theirs.fileno(),))
+        except OSError:
+            mine.close()
+            self.log.close()
+            os.rmdir(self.home)
+            raise
         finally:
             theirs.close()
-        self.usable = False
+        self.ready: bool | None = None  # None: still importing
+        self.usable = True
         self.busy: int | None = None  # the child whose exit status is awaited
-        hello = self._receive(READY_TIMEOUT_S)
-        if hello is None or not hello.get("ready"):
-            self.close()
-            raise ServerError(f"the run server did not start: {self._log_tail() or 'no message'}")
-        self.usable = not hello.get("cuda_driver_loaded")
+
+    def wait_ready(self) -> bool:
+        """Whether the server has imported everything and may fork (it then has no CUDA driver loaded)."""
+        if self.ready is None:
+            try:
+                hello = self._receive(READY_TIMEOUT_S)
+            except ServerError:
+                hello = None
+            self.ready = bool(hello and hello.get("ready") and not hello.get("cuda_driver_loaded"))
+            if not self.ready:
+                self.usable = False
+        return self.ready and self.usable
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def spawn(self, spec_path: Path, cwd: Path, env: dict[str, str], stdout: int, stderr: int,
               mark: int) -> Child:
+        if not self.wait_ready():
+            raise ServerError(f"the run server cannot fork runs: {self._log_tail() or 'no message'}")
         request = json.dumps({"spec": str(spec_path), "cwd": str(cwd), "env": env}).encode()
         if len(request) > MESSAGE_MAX:
             raise ServerError("the run's environment is too large to send")
@@ -177,6 +210,13 @@ class Server:
         except (OSError, ValueError):
             return ""
 
+    def kill(self) -> None:
+        """Kill a server that stopped answering; it is not used again."""
+        self.usable = False
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
     def close(self) -> None:
         """Stop the server (its children are the runs', stopped by the checker before this)."""
         self.usable = False
@@ -186,25 +226,32 @@ class Server:
             pass
         if self.proc.poll() is None:
             try:
+                if self.ready is None:  # still importing: nothing to wait for
+                    raise subprocess.TimeoutExpired("proflab.forkserver", 0)
                 self.proc.wait(timeout=2)  # it exits when its socket closes
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+        try:
+            os.rmdir(self.home)
+        except OSError:
+            pass
 
 
 _lock = threading.Lock()
 _sessions: list[dict[str, Server]] = []
 
 
-def _key(env: dict[str, str], leave_out: tuple[str, ...]) -> str:
-    return json.dumps(sorted((k, v) for k, v in env.items() if k not in leave_out))
+def _key(env: dict[str, str], leave_out: tuple[str, ...], preload: tuple[str, ...]) -> str:
+    return json.dumps([sorted((k, v) for k, v in env.items() if k not in leave_out), sorted(preload)])
 
 
 @contextmanager
 def session():
     """Every run started inside it (in this thread or another) is forked from a server kept for the
-    session, one per environment; the servers stop when it ends. Sessions nest: the outermost keeps them."""
+    session, one per environment and preload; the servers stop when it ends. Sessions nest: the
+    outermost keeps them."""
     with _lock:
         outer = bool(_sessions)
         if not outer:
@@ -219,11 +266,13 @@ def session():
                 server.close()
 
 
-def server_for(env: dict[str, str], leave_out: tuple[str, ...] = ()) -> tuple[Server | None, bool]:
-    """A usable server for a run with ``env`` (the keys in ``leave_out`` may differ between runs), and
-    whether it is the session's (False: one for this run only, to be closed after it); (None, False)
-    when runs start as fresh processes (the server found the CUDA driver loaded, or could not start)."""
-    key = _key(env, leave_out)
+def server_for(env: dict[str, str], leave_out: tuple[str, ...] = (), preload: tuple[str, ...] = (),
+               cwd: Path | None = None) -> tuple[Server | None, bool]:
+    """A server for runs with ``env`` (the keys in ``leave_out`` may differ between runs) that imports
+    ``preload``, and whether it is the session's (False: one for this run only, to be closed after it);
+    (None, False) when it cannot be started. Inside a session, a call before the first run starts the
+    server's imports early. ``cwd``: where the server makes the empty folder it starts in."""
+    key = _key(env, leave_out, preload)
     with _lock:
         servers = _sessions[-1] if _sessions else None
         server = servers.get(key) if servers is not None else None
@@ -234,11 +283,8 @@ def server_for(env: dict[str, str], leave_out: tuple[str, ...] = ()) -> tuple[Se
             del servers[key]
     base = {k: v for k, v in env.items() if k not in leave_out}
     try:
-        server = Server(base)
+        server = Server(base, preload, cwd)
     except (ServerError, OSError):
-        return None, False
-    if not server.usable:
-        server.close()
         return None, False
     with _lock:
         if servers is not None and _sessions and _sessions[-1] is servers:
@@ -250,7 +296,7 @@ def server_for(env: dict[str, str], leave_out: tuple[str, ...] = ()) -> tuple[Se
 # ---------------------------------------------------------------- in the server
 
 
-def _serve(fd: int) -> None:
+def _serve(fd: int, preload: list[str]) -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     _prctl(PR_SET_DUMPABLE, 0)
     sock = socket.socket(fileno=fd)
@@ -258,17 +304,10 @@ def _serve(fd: int) -> None:
     import warnings
 
     warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
-    for name in PRELOAD:
+    for name in preload:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a run that needs it reports the failure itself
-            pass
-    import proflab.labkit as labkit
-
-    for sub in ("blocks", "classify", "images", "photos", "recsys"):
-        try:
-            importlib.import_module(f"{labkit.__name__}.{sub}")
-        except Exception:  # noqa: BLE001
             pass
     sys.stdout.flush()
     sys.stderr.flush()
@@ -342,7 +381,7 @@ def _child(request: dict, fds: list[int], sock: socket.socket) -> None:
         import proflab.runner as runner
 
         sys.argv = [runner.__file__, request["spec"]]
-        sys.path[0] = request["cwd"]
+        sys.path.insert(0, request["cwd"])  # as ``python -m`` puts the folder it runs in first
         code = runner.main([request["spec"]])
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -367,4 +406,4 @@ def _max_fd() -> int:
 
 
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]))
+    _serve(int(sys.argv[1]), json.loads(sys.argv[2]))

@@ -1,0 +1,154 @@
+"""Runs forked from the server that imported torch once: each one still a fresh process for its lab file.
+
+A probe file reports, from inside its run, what a fresh ``python -m
+proflab.runner`` would have: a session and group of its own, the run's folder
+and environment, nothing open but its streams and the mark pipe, and nothing
+left behind by the run before it. Then the server is attacked from a run
+(killed, stopped) and the check goes on with a new one; a server that cannot
+start leaves runs to fresh processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from proflab import checks, execute, forkserver, labs
+
+CALIBRATION = Path(__file__).resolve().parent / "calibration"
+
+PROBE = '''
+import json, os, sys
+import torch
+
+def pipeline(cfg):
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed since
+            pass
+    facts = {"pid": os.getpid(), "sid": os.getsid(0), "pgid": os.getpgid(0), "ppid": os.getppid(),
+             "cwd": os.getcwd(), "argv0": sys.argv[0], "path0": sys.path[0], "file": __file__,
+             "env": os.environ.get("PROBE_SET"), "mark": os.environ.get("PROFLAB_TEST_MARK"),
+             "left": getattr(torch, "_probe_left", None), "fds": fds,
+             "torch_preloaded": True}
+    print("FACTS " + json.dumps(facts), flush=True)
+    torch._probe_left = "by the run before"
+    os.environ["PROBE_SET"] = "by the run before"
+    ATTACK
+    step = 0
+    while True:
+        yield {"step": torch.ones(4).sum() * step}
+        step += 1
+'''
+
+
+@pytest.fixture
+def lab(tmp_path) -> labs.Lab:
+    folder = tmp_path / "labs" / "90_calibration"
+    shutil.copytree(CALIBRATION, folder)
+    return labs.load(folder)
+
+
+def probe(lab: labs.Lab, attack: str = "pass", name: str = "probe.py") -> Path:
+    path = lab.folder / name
+    path.write_text(PROBE.replace("ATTACK", attack), encoding="utf-8")
+    return path
+
+
+def facts(outcome: execute.Outcome) -> dict:
+    assert outcome.ok, (outcome.status, outcome.result, outcome.stderr[-2000:])
+    line = next(line for line in outcome.stdout.splitlines() if line.startswith("FACTS "))
+    return json.loads(line[len("FACTS "):])
+
+
+def test_each_forked_run_is_a_fresh_process_for_its_file(lab, tmp_path):
+    file, elsewhere = probe(lab), tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with forkserver.session():
+        first = facts(execute.run(lab, file, "probe", workdir=elsewhere))
+        second = facts(execute.run(lab, file, "probe", workdir=lab.folder))
+    for seen in (first, second):
+        assert seen["ppid"] != os.getpid()  # forked by the server, not started by the checker
+        assert seen["sid"] == seen["pgid"] == seen["pid"]  # a session and process group of its own
+        assert seen["file"] == str(file.resolve())
+        assert Path(seen["argv0"]).name == "runner.py"
+        assert seen["mark"] == os.environ["PROFLAB_TEST_MARK"]  # the checker's environment, as it is now
+        # Its streams are the run's files, the marks its pipe: no end of the server's socket is open.
+        assert not [link for link in seen["fds"].values() if link.startswith("socket:")], seen["fds"]
+        assert seen["fds"]["3"].startswith("pipe:")
+    assert first["ppid"] == second["ppid"]  # one server for the session
+    assert first["pid"] != second["pid"]
+    assert (first["cwd"], first["path0"]) == (str(elsewhere), str(elsewhere))
+    assert (second["cwd"], second["path0"]) == (str(lab.folder), str(lab.folder))
+    # Nothing of the first run is left in the second: not a module's attribute, not the environment.
+    assert first["left"] is None and second["left"] is None
+    assert first["env"] is None and second["env"] is None
+
+
+def test_outside_a_session_each_run_has_a_server_of_its_own(lab):
+    file = probe(lab)
+    one, two = (facts(execute.run(lab, file, "probe")) for _ in range(2))
+    assert one["ppid"] != two["ppid"] and os.getpid() not in (one["ppid"], two["ppid"])
+
+
+def test_a_run_that_kills_its_server_only_costs_the_next_run_a_new_one(lab):
+    killer = probe(lab, "import signal; os.kill(os.getppid(), signal.SIGKILL)", "killer.py")
+    with forkserver.session():
+        killed = facts(execute.run(lab, killer, "killer"))  # its result is read from its file, as ever
+        after = facts(execute.run(lab, probe(lab), "probe"))
+    assert after["ppid"] != killed["ppid"]
+    assert after["left"] is None
+
+
+def test_a_run_that_stops_its_server_is_stopped_and_the_server_replaced(lab):
+    stopper = probe(lab, "import signal; os.kill(os.getppid(), signal.SIGSTOP)", "stopper.py")
+    with forkserver.session():
+        stopped = execute.run(lab, stopper, "stopper", timeout_s=4)
+        after = facts(execute.run(lab, probe(lab), "probe"))
+    assert stopped.status == "timeout"  # its exit was never reported: it is not graded as a run that ended
+    assert after["left"] is None
+    # (the test's leak check then finds no process left: the stopped server was killed)
+
+
+def test_where_no_server_starts_runs_are_fresh_processes(lab, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError("no server here")
+
+    monkeypatch.setattr(forkserver, "Server", refuse)
+    with forkserver.session():
+        seen = facts(execute.run(lab, probe(lab), "probe"))
+    assert seen["ppid"] == os.getpid()
+    assert seen["sid"] == seen["pid"]
+
+
+def test_a_check_imports_torch_once_for_all_its_runs(lab, monkeypatch, tmp_path):
+    monkeypatch.setenv("PROFLAB_CAL_SPEEDUPS", "2")
+    monkeypatch.setenv("PROFLAB_CAL_COUNTER", str(tmp_path / "runs-so-far"))
+    started = []
+    real = forkserver.Server
+
+    class Counted(real):
+        def __init__(self, *args, **kwargs):
+            started.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(forkserver, "Server", Counted)
+    report = checks.check(lab, lab.folder / "scheduled.py", audited=False)
+    assert report.verdict == "passed", report.as_dict()
+    assert report.comparison["rounds"] >= 2
+    assert len(started) == 1  # four runs and more, one server
+
+
+def test_the_server_imports_what_the_lab_files_import(lab):
+    file = probe(lab)
+    file.write_text("from torch.utils.data import DataLoader\nimport torchvision.models\n"
+                    "from proflab.labkit.photos import PhotoDataset\n" + file.read_text())
+    preload = execute.preload_for(lab.original, file)
+    assert {"torch", "torch.utils.data", "torchvision.models", "proflab.labkit.photos"} <= set(preload)
+    assert not [name for name in preload if name.split(".")[0] not in ("torch", "torchvision", "proflab")]
