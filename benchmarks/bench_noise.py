@@ -14,11 +14,16 @@ labs (your runs/ and progress are never touched):
   ``--repeats`` times against a threshold of 1.0x; the resolution is the
   smallest speed-up that passed every time (and never failed or came out
   inconclusive).
+* ``--steps``: for each lab's original and reference fix, ``--repeats`` runs
+  of its timed steps; the step-to-step noise within a run against the
+  run-to-run noise of its mean step, and how many timed steps are enough
+  (``steps_needed``).
 
 Usage:
 
     python benchmarks/bench_noise.py --verdicts --labs 1 2 3 4 --repeats 10
     python benchmarks/bench_noise.py --resolution --repeats 10
+    python benchmarks/bench_noise.py --steps --no-hog --labs 0 1 2 3 4 --repeats 6
 """
 
 from __future__ import annotations
@@ -97,7 +102,7 @@ batch_size = 1
 warmup_steps = 2
 timed_steps = 20
 profile_steps = 2
-rounds = 3
+rounds = 2
 timeout_s = 120
 threads = 1
 [workload.params]
@@ -117,18 +122,62 @@ cuda = 1.0
 ''')
 
 
+def steps_needed(lab_names: list[str], repeats: int) -> dict:
+    """Per lab and version: the step-to-step noise within a run, the run-to-run noise of a run's mean
+    step beyond it, and the timed steps beyond which more steps barely narrow the verdict's interval.
+
+    A round's ratio varies with both: var(log mean) = b² + w²/n, for n timed steps with step-to-step
+    spread w and run-to-run spread b. Once w²/n is below b²/4, more steps add under 12% to the
+    round's spread: n ≥ 4 w² / b² is enough, and a longer run only makes the check slower.
+    """
+    import math
+
+    from proflab import execute, forkserver, labs, stats
+
+    rows, figures = [], {}
+    with forkserver.session():
+        for name in lab_names:
+            lab = labs.resolve(name)
+            for version, file in (("original", lab.original), ("solution", lab.solution)):
+                runs = [execute.run(lab, file, version, checking=True, workdir=lab.folder,
+                                    steps={"profile_steps": 0}) for _ in range(repeats)]
+                runs = [r for r in runs if r.ok]
+                if len(runs) < 3:
+                    continue
+                logs = [[math.log(t) for t in r.result["step_times"]] for r in runs]
+                n = len(logs[0])
+                within = stats.median([math.sqrt(sum((x - sum(l) / n) ** 2 for x in l) / (n - 1)) for l in logs])
+                means = [sum(l) / n for l in logs]
+                m = sum(means) / len(means)
+                total = sum((x - m) ** 2 for x in means) / (len(means) - 1)
+                between = math.sqrt(max(total - within ** 2 / n, 0.0))
+                needed = math.ceil(4 * within ** 2 / between ** 2) if between > 0 else n
+                rows.append((lab, version, n, within, between, needed,
+                             stats.median([r.result["mean_step_s"] for r in runs])))
+                figures[f"{lab.number} {version}"] = {"timed_steps": n, "within": within, "between": between,
+                                                      "needed": needed}
+    print("\n| lab | version | mean step | step-to-step (w) | run-to-run (b) | timed steps: has, enough |"
+          "\n|---|---|---|---|---|---|")
+    for lab, version, n, w, b, needed, step in rows:
+        print(f"| {lab.number} · {lab.name} | {version} | {step * 1000:.1f} ms | ±{w:.1%} | ±{b:.1%} | "
+              f"{n}, {needed} |", flush=True)
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verdicts", action="store_true")
     parser.add_argument("--resolution", action="store_true")
+    parser.add_argument("--steps", action="store_true",
+                        help="how many timed steps each lab needs: step-to-step against run-to-run noise")
     parser.add_argument("--labs", nargs="+", default=["1", "2", "3", "4"])
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--speedups", nargs="+", type=float, default=[1.05, 1.10, 1.15, 1.20, 1.30])
     parser.add_argument("--no-hog", action="store_true", help="measure on a quiet machine")
     parser.add_argument("--json-out")
     args = parser.parse_args()
-    if not (args.verdicts or args.resolution):
-        parser.error("say what to measure: --verdicts, --resolution, or both")
+    if not (args.verdicts or args.resolution or args.steps):
+        parser.error("say what to measure: --verdicts, --resolution, --steps")
 
     root = Path(tempfile.mkdtemp(prefix="proflab-noise-"))
     shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
@@ -176,24 +225,30 @@ def main() -> None:
                 print(f"| {lab.number} · {lab.name} | {t['fix']['passed']} | {t['fix']['failed']} | "
                       f"{t['fix']['inconclusive']} | {t['exercise']['failed']} | {t['exercise']['passed']} | "
                       f"{wrong} of {2 * args.repeats} | {spread} | {max(rnds, default=0)} | {wall:.0f} |")
+        if args.steps:
+            figures["steps"] = steps_needed(args.labs, args.repeats)
         if args.resolution:
-            print("\n| true speed-up | passed | failed | inconclusive | measured (median) |\n|---|---|---|---|---|")
+            print("\n| true speed-up | passed | failed | inconclusive | measured (median) | rounds (max) | "
+                  "check, s: median (max) |\n|---|---|---|---|---|---|---|")
             resolution = None
             for s in args.speedups:
                 file = root / f"faster_{s:.2f}.py"
                 file.write_text(CALIBRATION_FASTER.format(speedup=s))
                 counts = {"passed": 0, "failed": 0, "inconclusive": 0, "error": 0}
-                measured = []
+                measured, rounds, walls = [], [], []
                 for _ in range(args.repeats):
-                    _, code, report = proflab(root, "check", "resolution", "--file", str(file), "--json")
+                    wall, code, report = proflab(root, "check", "resolution", "--file", str(file), "--json")
                     verdict = report["verdict"] if report else "error"
                     counts[verdict if verdict in counts else "error"] += 1
+                    walls.append(wall)
                     if report and report.get("comparison"):
                         measured.append(report["comparison"]["speedup"])
+                        rounds.append(report["comparison"]["rounds"])
                 measured.sort()
                 mid = measured[len(measured) // 2] if measured else float("nan")
                 print(f"| {s:.2f}× | {counts['passed']} | {counts['failed']} | {counts['inconclusive']} | "
-                      f"{mid:.3f}× |", flush=True)
+                      f"{mid:.3f}× | {max(rounds, default=0)} | {sorted(walls)[len(walls) // 2]:.1f} "
+                      f"({max(walls):.1f}) |", flush=True)
                 figures[f"resolution_{s:.2f}"] = {"counts": counts, "measured": measured}
                 if resolution is None and counts["passed"] == args.repeats:
                     resolution = s

@@ -1,6 +1,7 @@
 """Benchmark the checker at two revisions of the kit, side by side (not a test: it prints figures).
 
-For each lab and repeat, ``proflab check LAB --file solution.py`` runs once
+For each lab, file (``--files``: the reference solution, the untouched
+exercise) and repeat, ``proflab check LAB --file FILE.py`` runs once
 with the kit as it was at ``--base`` (a git revision, taken into a scratch
 worktree) and once with the kit of this checkout, in alternating order, each
 in a scratch copy of its own labs with shared data, so that slow drifts in
@@ -9,6 +10,7 @@ time of a check (median and min–max), the speed-up the checker measured, its
 rounds, and the verdicts. Usage:
 
     python benchmarks/bench_revisions.py --base 1f41d07 --labs 1 2 3 4 --repeats 3
+    python benchmarks/bench_revisions.py --base 1f41d07 --labs 0 1 2 3 4 --files solution exercise
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the git revision to compare this checkout with")
     parser.add_argument("--labs", nargs="+", default=["1", "2", "3", "4"])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--files", nargs="+", default=["solution"],
+                        help="which of each lab's files to check: solution, exercise (the untouched one)")
     parser.add_argument("--json-out")
     args = parser.parse_args()
 
@@ -73,27 +77,30 @@ def main() -> None:
             for lab_name in args.labs:
                 lab = labs.resolve(lab_name, labs.discover(REPO / "labs"))
                 order = ("base", "this") if rep % 2 == 0 else ("this", "base")
-                for which in order:
-                    src, root, tree = kits[which]
-                    folder = next((root / "labs").glob(f"{lab.number:02d}_*"))
-                    wall, report = check(src, root, str(lab.number), folder / "solution.py")
-                    row = figures.setdefault(f"{lab.number}", {}).setdefault(which, [])
-                    row.append({"wall_s": wall, "verdict": report.get("verdict"),
-                                "speedup": (report.get("comparison") or {}).get("speedup"),
-                                "rounds": (report.get("comparison") or {}).get("rounds")})
-                    print(f"  repeat {rep + 1}, lab {lab.number}, {which}: {report.get('verdict')} in {wall:.1f} s",
-                          flush=True)
+                for name in args.files:
+                    for which in order:
+                        src, root, tree = kits[which]
+                        folder = next((root / "labs").glob(f"{lab.number:02d}_*"))
+                        wall, report = check(src, root, str(lab.number), folder / f"{name}.py")
+                        row = figures.setdefault(f"{lab.number} {name}", {}).setdefault(which, [])
+                        row.append({"wall_s": wall, "verdict": report.get("verdict"),
+                                    "speedup": (report.get("comparison") or {}).get("speedup"),
+                                    "rounds": (report.get("comparison") or {}).get("rounds")})
+                        print(f"  repeat {rep + 1}, lab {lab.number} {name}, {which}: {report.get('verdict')} "
+                              f"in {wall:.1f} s", flush=True)
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)], capture_output=True)
         for _, root, _ in kits.values():
             shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
 
-    print("\n| lab | revision | check wall, s: median (min–max) | speed-up: median (min–max) | rounds | verdicts |")
+    print("\n| lab, file | revision | check wall, s: median (min–max) | speed-up: median (min–max) | rounds | verdicts |")
     print("|---|---|---|---|---|---|")
     for lab_number, by_rev in figures.items():
         for which in ("base", "this"):
             rows = by_rev.get(which, [])
+            if not rows:
+                continue
             walls = [r["wall_s"] for r in rows]
             ups = [r["speedup"] for r in rows if r["speedup"]]
             verdicts = ", ".join(sorted({str(r["verdict"]) for r in rows}))

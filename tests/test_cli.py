@@ -103,16 +103,25 @@ def test_kineto_noise_is_recognised_and_real_errors_are_not():
 
 
 def _runner_processes(root) -> list[str]:
-    """Command lines of every live process started for runs under ``root``."""
-    found = []
+    """Command lines of every live process the kit started for runs under ``root``: the runs (a fresh
+    ``proflab.runner``, or a child of the fork server, whose command line it keeps) and the server."""
+    found, needle = [], f"PROFLAB_ROOT={root}".encode()
     for proc in Path("/proc").iterdir():
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            if not ("proflab.runner" in cmdline or "proflab.forkserver" in cmdline):
+                continue
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX":
+                continue
+            if str(root) in cmdline or needle in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(cmdline)
         except OSError:
             continue
-        if "proflab.runner" in cmdline and str(root) in cmdline:
-            found.append(cmdline)
     return found
+
+
+def _a_run_started(root) -> bool:
+    return any(p.is_dir() for p in (root / ".proflab" / "tmp").glob("run-*"))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
@@ -121,7 +130,7 @@ def test_stopping_a_check_stops_everything_it_started(fresh_kit, sig):
                             preexec_fn=as_in_a_terminal,
                             env=fresh_kit.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not _runner_processes(fresh_kit.root) and time.monotonic() < deadline:
+    while not (_a_run_started(fresh_kit.root) and _runner_processes(fresh_kit.root)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _runner_processes(fresh_kit.root), "the check never started a run"
     time.sleep(3)  # mid-run: torch imported, DataLoader loading

@@ -152,3 +152,24 @@ def test_the_server_imports_what_the_lab_files_import(lab):
     preload = execute.preload_for(lab.original, file)
     assert {"torch", "torch.utils.data", "torchvision.models", "proflab.labkit.photos"} <= set(preload)
     assert not [name for name in preload if name.split(".")[0] not in ("torch", "torchvision", "proflab")]
+
+
+def test_a_grading_imports_torch_once_per_lab_for_the_whole_class(lab, monkeypatch, tmp_path):
+    from proflab import grade
+
+    faster = (CALIBRATION / "original.py").read_text().replace("cfg.step_ms / 1000", "cfg.step_ms / 2000")
+    for learner in ("alice", "bob"):
+        (tmp_path / "class" / learner).mkdir(parents=True)
+        (tmp_path / "class" / learner / "calibration.py").write_text(faster)
+    started = []
+    real = forkserver.Server
+
+    class Counted(real):
+        def __init__(self, *args, **kwargs):
+            started.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(forkserver, "Server", Counted)
+    result = grade.grade(grade.find(tmp_path / "class", lab, [lab]), rounds=2)
+    assert [g.report.verdict for g in result.graded] == ["passed", "passed"], [g.report.as_dict() for g in result.graded]
+    assert len(started) == 1

@@ -6,12 +6,15 @@
     4. faster        the speed-up clears the lab's threshold for this device
 
 The original and the learner's version run alternately, each in a fresh
-subprocess (round 1: learner then original; round 2: original then learner;
-...), so slow drifts in machine load hit both alike. When the speed-up is too
-close to the threshold to call, more rounds are measured (within the lab's
-round limit and time budget); if it still cannot be called, the verdict is
-"inconclusive", never a coin flip. The first failing check stops the chain:
-later checks are reported as skipped.
+process forked from one server that imported torch for the whole check
+(round 1: learner then original; round 2: original then learner; ...), so
+slow drifts in machine load hit both alike. A version's first run is
+profiled; later runs stop after the timed steps. When the speed-up is too
+close to the threshold to call after the lab's base rounds, more rounds are
+measured (within the lab's round limit and time budget); if it still cannot
+be called, the verdict is "inconclusive", never a coin flip. A file that is
+still the original, byte for byte, runs once, as both versions. The first
+failing check stops the chain: later checks are reported as skipped.
 """
 
 from __future__ import annotations

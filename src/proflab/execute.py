@@ -1,9 +1,11 @@
-"""Where a lab file is run: one fresh subprocess per run, with a time limit.
+"""Where a lab file is run: one fresh process per run, with a time limit.
 
-The subprocess gets its own process group, so a timeout, a Ctrl-C or too much
-memory stops it together with every DataLoader worker it started. Its output
-is captured in files (a program that prints a lot cannot block on a full
-pipe), and only the tail is kept for the report.
+The process is forked from a server that imported torch once (``forkserver``;
+a fresh ``python -m proflab.runner`` where no server can be used). It gets a
+session and process group of its own, and is followed as a tree, so a
+timeout, a Ctrl-C or too much memory stops it together with every DataLoader
+worker it started. Its output is captured in files (a program that prints a
+lot cannot block on a full pipe), and only the tail is kept for the report.
 
 The lab file runs inside the subprocess, so everything in there is the
 learner's: its clock, its modules, its pipe. What this module reports rests on
@@ -149,7 +151,11 @@ def run(
     output_chars: int = OUTPUT_TAIL_CHARS,
     preload: tuple[str, ...] | None = None,
 ) -> Outcome:
-    """Run ``file`` (a version of ``lab``) once in a fresh subprocess, in ``workdir`` (default: the file's folder).
+    """Run ``file`` (a version of ``lab``) once in a fresh process, in ``workdir`` (default: the file's folder).
+
+    ``preload``: what the fork server imports first (default: what ``lab``'s
+    original and ``file`` import); a check passes the same for both versions,
+    so that all its runs are forked from one server.
 
     ``shown_as``: the learner's own file, when ``file`` is the checker's
     snapshot of it; the lab module's ``__file__`` is then that path.

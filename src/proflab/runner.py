@@ -1,6 +1,7 @@
-"""What runs inside each fresh subprocess: one lab file, driven step by step.
+"""What runs inside each fresh process: one lab file, driven step by step.
 
-The kit starts ``python -m proflab.runner SPEC.json`` once per run. This
+Each run is ``python -m proflab.runner SPEC.json``, or the same forked from
+the kit's fork server (``forkserver``), which has imported torch already. This
 module imports the lab file, calls its ``pipeline(cfg)`` generator, and pulls
 one training step at a time from it:
 
