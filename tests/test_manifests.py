@@ -50,8 +50,8 @@ def a_second_lab_1(kit: Kit) -> None:
 
 
 def a_syntax_error(kit: Kit) -> None:
-    manifest = edit(kit, "rounds = 3\n", "rounds = = 3\n")
-    line = manifest.read_text(encoding="utf-8").splitlines().index("rounds = = 3") + 1
+    manifest = edit(kit, "rounds = 2\n", "rounds = = 2\n")
+    line = manifest.read_text(encoding="utf-8").splitlines().index("rounds = = 2") + 1
     (kit.root / "expected-line").write_text(str(line))
 
 
@@ -160,7 +160,7 @@ def test_two_labs_with_one_name_are_both_broken(tmp_path, root_is):
 
 def test_every_problem_of_a_manifest_is_reported_at_once(tmp_path, root_is):
     kit = make_kit(tmp_path)
-    edit(kit, "rounds = 3\n", "rounds = 0\n")
+    edit(kit, "rounds = 2\n", "rounds = 0\n")
     edit(kit, 'name = "dataloader"', 'name = "Data Loader"\ncolour = "red"')
     edit(kit, 'allow = ["threads"]', 'allow = ["thread"]')
     edit(kit, "latency_ms = 8", "latency_ms = nan")
@@ -186,7 +186,7 @@ REFUSED = [
     ("warmup_steps = 3", "warmup_steps = -1", "[workload] warmup_steps must be an integer, 0 or more"),
     ("batch_size = 32", "batch_size = 0", "[workload] batch_size must be an integer, 1 or more"),
     ("batch_size = 32", "batch_size = 32.5", "[workload] batch_size must be an integer"),
-    ("rounds = 3", "rounds = true", "[workload] rounds must be an integer, 1 or more (got True)"),
+    ("rounds = 2", "rounds = true", "[workload] rounds must be an integer, 1 or more (got True)"),
     ("startup_s = 0.5", "startup_s = -0.5", "[workload] startup_s must be a number, 0 or more"),
     ("seed = 0", "seed = 0\nmemory_mb = 0", "[workload] memory_mb must be a number above 0"),
     ("seed = 0", "seed = 0\nbudget_s = inf", "[workload] budget_s must be a number above 0 (got inf)"),

@@ -34,6 +34,7 @@ from typing import Any
 
 _clock = time.perf_counter  # bound before any learner code is imported
 _write = os.write
+_fstat = os.fstat
 
 
 def _marker(fd: int | None):
@@ -50,14 +51,24 @@ def _marker(fd: int | None):
         C, c         torch.compile starts, ends compiling (left out of the timing)
         H + 64 hex   the sha256 of the trace, sent as soon as it is written
 
-    A run whose marks do not follow this order exactly is a failed run.
+    A run whose marks do not follow this order exactly is a failed run. A
+    mark is only written to the pipe the checker gave: once that descriptor is
+    closed, or holds another file, the marks stop (and the run fails).
     """
+    try:
+        given = _fstat(fd) if fd is not None else None
+    except OSError:
+        given = None
+
     def mark(code: bytes) -> None:
-        if fd is not None:
-            try:
+        if given is None:
+            return
+        try:
+            now = _fstat(fd)
+            if (now.st_dev, now.st_ino) == (given.st_dev, given.st_ino):
                 _write(fd, code)
-            except OSError:
-                pass
+        except OSError:
+            pass
     return mark
 
 
