@@ -89,7 +89,6 @@ class Child:
             self.returncode = self.server._exit_status(self.pid, 0.5 if left is None else min(left, 0.5))
         return self.returncode
 
-
     def wait_or_forget(self, timeout: float = ANSWER_TIMEOUT_S) -> int:
         """``wait``, once the run is killed: a server that does not report the exit status by then (one
         the run stopped, say) is killed, and the run counts as killed."""
