@@ -173,3 +173,61 @@ def test_a_grading_imports_torch_once_per_lab_for_the_whole_class(lab, monkeypat
     result = grade.grade(grade.find(tmp_path / "class", lab, [lab]), rounds=2)
     assert [g.report.verdict for g in result.graded] == ["passed", "passed"], [g.report.as_dict() for g in result.graded]
     assert len(started) == 1
+
+
+def test_runs_asked_for_in_two_threads_at_once_run_one_after_the_other(lab):
+    import threading
+
+    file, seen = probe(lab), {}
+
+    def one(name):
+        seen[name] = facts(execute.run(lab, file, name))
+
+    with forkserver.session():
+        threads = [threading.Thread(target=one, args=(name,)) for name in ("a", "b")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        after = facts(execute.run(lab, file, "c"))
+    # Neither took the other's processes for its own (nor killed the server): both ran, from one server.
+    assert seen["a"]["ppid"] == seen["b"]["ppid"] == after["ppid"]
+
+
+def test_a_server_whose_checker_is_killed_exits(lab):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = ("import sys, time\nfrom proflab import execute, forkserver, labs\n"
+              "lab = labs.load(sys.argv[1])\nwith forkserver.session():\n"
+              "    execute.warm(lab, ('torch',))\n    print('started', flush=True)\n    time.sleep(120)\n")
+    checker = subprocess.Popen([sys.executable, "-c", script, str(lab.folder)], stdout=subprocess.PIPE, text=True)
+    assert checker.stdout.readline().strip() == "started"
+
+    def servers() -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                command = Path(f"/proc/{entry}/cmdline").read_bytes()
+                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if b"proflab.forkserver" not in command or state in "ZX":
+                continue
+            try:
+                mine = os.environ["PROFLAB_TEST_MARK"].encode() in Path(f"/proc/{entry}/environ").read_bytes()
+            except OSError:  # not running as root: a server's environment is not readable (not dumpable)
+                mine = True
+            if mine:
+                found.append(int(entry))
+        return found
+
+    assert servers()  # importing torch, or ready
+    checker.send_signal(signal.SIGKILL)
+    checker.wait()
+    deadline = time.monotonic() + 60
+    while servers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert servers() == []  # its socket's other end closed: it exits, whatever it was doing

@@ -234,8 +234,7 @@ def warm(lab: labs.Lab, preload: tuple[str, ...]) -> None:
     so that its imports overlap what the checker does before the first run."""
     if FORK:
         server, shared = forkserver.server_for(run_env(lab), (storage.ENV_VAR,), preload, _scratch_dir())
-        if server is not None and not shared:
-            server.close()
+        forkserver.done_with(server, shared)
 
 
 def run_env(lab: labs.Lab) -> dict[str, str]:
@@ -307,10 +306,23 @@ def _check_storage(outcome: Outcome, reads: list[storage.Read], batch_size: int)
             "through the lab's dataset")
 
 
+# One run at a time in a process: two at once would time each other, and each would take the other's
+# processes for its own (``processes.Tree`` counts this process's new children as the run's).
+_one_run_at_a_time = threading.Lock()
+
+
 def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: dict[str, str],
             limit: float, memory_mb: float = 8192.0, background_allowed: bool = True,
             workdir: Path | None = None, output_chars: int = OUTPUT_TAIL_CHARS,
             preload: tuple[str, ...] = ()) -> Outcome:
+    with _one_run_at_a_time:
+        return _run_alone(scratch, spec, file, version, env, limit, memory_mb, background_allowed, workdir,
+                          output_chars, preload)
+
+
+def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: dict[str, str],
+               limit: float, memory_mb: float, background_allowed: bool, workdir: Path | None,
+               output_chars: int, preload: tuple[str, ...]) -> Outcome:
     workdir = Path(workdir or os.getcwd())
     processes.become_subreaper()  # what the run starts and orphans is re-parented here, not to init
     # Before the run's siblings are counted: the server is this process's child, not the run's.
@@ -324,8 +336,7 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
     except OSError as e:
         os.close(read_end)
         os.close(write_end)
-        if server is not None and not shared:
-            server.close()
+        forkserver.done_with(server, shared)
         raise errors.KitError(errors.describe(e, "write")) from None
     result_path = Path(spec["result_path"])
     out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
@@ -364,8 +375,7 @@ def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: 
                 os.close(read_end)
             else:
                 reader.join(timeout=5)
-            if server is not None and not shared:
-                server.close()
+            forkserver.done_with(server, shared)
     outcome = Outcome(version=version, file=file, status="", wall_s=time.perf_counter() - started,
                       returncode=proc.returncode, stdout=_tail(out_path, output_chars), stderr=_tail(err_path))
     if stopped == "timeout":

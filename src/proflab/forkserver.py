@@ -23,7 +23,9 @@ What keeps this as sound as a fresh process per run:
 * the child holds no end of the server's socket; a server that dies, or
   stops answering, is replaced, and its children were re-parented to the
   checker (a child subreaper), which stops them with the rest of the run;
-* the server dies with the checker (``PR_SET_PDEATHSIG``).
+* the server exits when the checker's end of its socket closes, however the
+  checker ends (not by ``PR_SET_PDEATHSIG``: that fires when the *thread*
+  that started the server ends).
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 MARK_FD = 3  # the mark pipe's number in a forked child
 MESSAGE_MAX = 1 << 20
@@ -131,6 +132,7 @@ class Server:
         self.ready: bool | None = None  # None: still importing
         self.usable = True
         self.busy: int | None = None  # the child whose exit status is awaited
+        self.taken = False  # by a run, from ``server_for`` until ``release``: one run at a time
 
     def wait_ready(self) -> bool:
         """Whether the server has imported everything and may fork (it then has no CUDA driver loaded)."""
@@ -209,6 +211,11 @@ class Server:
         except (OSError, ValueError):
             return ""
 
+    def release(self) -> None:
+        """The run that ``server_for`` gave this server to is over: another may have it."""
+        with _lock:
+            self.taken = False
+
     def kill(self) -> None:
         """Kill a server that stopped answering; it is not used again."""
         self.usable = False
@@ -267,17 +274,22 @@ def session():
 
 def server_for(env: dict[str, str], leave_out: tuple[str, ...] = (), preload: tuple[str, ...] = (),
                cwd: Path | None = None) -> tuple[Server | None, bool]:
-    """A server for runs with ``env`` (the keys in ``leave_out`` may differ between runs) that imports
-    ``preload``, and whether it is the session's (False: one for this run only, to be closed after it);
-    (None, False) when it cannot be started. Inside a session, a call before the first run starts the
-    server's imports early. ``cwd``: where the server makes the empty folder it starts in."""
+    """A server for a run with ``env`` (the keys in ``leave_out`` may differ between runs) that imports
+    ``preload``, and whether it is the session's (then ``release`` it after the run; False: one for this
+    run only, to be closed after it); (None, False) when it cannot be started. A session's server serves
+    one run at a time: a run in another thread meanwhile gets one of its own. Inside a session, a call
+    before the first run starts the server's imports early. ``cwd``: where the server makes the empty
+    folder it starts in."""
     key = _key(env, leave_out, preload)
     with _lock:
         servers = _sessions[-1] if _sessions else None
         server = servers.get(key) if servers is not None else None
         if server is not None and server.usable and server.alive():
-            return server, True
-        if server is not None:
+            if not server.taken:
+                server.taken = True
+                return server, True
+            servers = None  # a run in another thread has it: this one gets a server of its own
+        elif server is not None:
             server.close()
             del servers[key]
     base = {k: v for k, v in env.items() if k not in leave_out}
@@ -286,17 +298,27 @@ def server_for(env: dict[str, str], leave_out: tuple[str, ...] = (), preload: tu
     except (ServerError, OSError):
         return None, False
     with _lock:
-        if servers is not None and _sessions and _sessions[-1] is servers:
+        if servers is not None and _sessions and _sessions[-1] is servers and key not in servers:
+            server.taken = True
             servers[key] = server
             return server, True
     return server, False
+
+
+def done_with(server: Server | None, shared: bool) -> None:
+    """After the run ``server_for`` gave ``server`` to: a session's server is released, a one-off closed."""
+    if server is None:
+        return
+    if shared:
+        server.release()
+    else:
+        server.close()
 
 
 # ---------------------------------------------------------------- in the server
 
 
 def _serve(fd: int, preload: list[str]) -> None:
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     _prctl(PR_SET_DUMPABLE, 0)
     sock = socket.socket(fileno=fd)
     import importlib
