@@ -98,7 +98,9 @@ def test_outside_a_session_each_run_has_a_server_of_its_own(lab):
 
 
 def test_a_run_that_kills_its_server_only_costs_the_next_run_a_new_one(lab):
-    killer = probe(lab, "import signal; os.kill(os.getppid(), signal.SIGKILL)", "killer.py")
+    # It goes on for a while after: it is then the checker's to wait for, and its run ends as its own.
+    killer = probe(lab, "import signal, time; os.kill(os.getppid(), signal.SIGKILL); time.sleep(1.5)",
+                   "killer.py")
     with forkserver.session():
         killed = facts(execute.run(lab, killer, "killer"))  # its result is read from its file, as ever
         after = facts(execute.run(lab, probe(lab), "probe"))

@@ -70,15 +70,45 @@ def _prctl(option: int, value: int) -> bool:
 # ---------------------------------------------------------------- in the checker
 
 
+GONE = object()  # what ``Server._exit_status`` says of a child once its server is gone
+
+
 class Child:
-    """A run's process, forked by a server: what ``subprocess.Popen`` offers the checker (pid, poll, wait)."""
+    """A run's process, forked by a server: what ``subprocess.Popen`` offers the checker (pid, poll, wait).
+
+    Its exit status comes from the server; once the server is gone, the child
+    has been re-parented to the checker (a child subreaper), which then waits
+    for it itself.
+    """
 
     def __init__(self, server: "Server", pid: int):
         self.server, self.pid, self.returncode = server, pid, None
+        self.orphaned = False
+
+    def _status(self, timeout: float) -> int | None:
+        if not self.orphaned:
+            status = self.server._exit_status(self.pid, timeout)
+            if status is not GONE:
+                return status
+            self.orphaned = True
+        try:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # not this process's child: gone, or not re-parented yet
+            from .processes import stat
+
+            info = stat(self.pid)
+            if info is not None and info[4] not in ("Z", "X"):
+                time.sleep(min(timeout, 0.05))
+                return None
+            return -signal.SIGKILL  # its status went with the server
+        if not done:
+            time.sleep(min(timeout, 0.05))
+            return None
+        return os.waitstatus_to_exitcode(status)
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self.server._exit_status(self.pid, 0.0)
+            self.returncode = self._status(0.0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -87,7 +117,7 @@ class Child:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired("proflab.runner", timeout)
-            self.returncode = self.server._exit_status(self.pid, 0.5 if left is None else min(left, 0.5))
+            self.returncode = self._status(0.5 if left is None else min(left, 0.5))
         return self.returncode
 
     def wait_or_forget(self, timeout: float = ANSWER_TIMEOUT_S) -> int:
@@ -96,9 +126,13 @@ class Child:
         try:
             return self.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.server.kill()
-            self.returncode = -signal.SIGKILL
-            return self.returncode
+            self.server.kill()  # the child, killed with its run, is re-parented here: reaped below
+            self.orphaned = True
+            try:
+                return self.wait(2.0)
+            except subprocess.TimeoutExpired:
+                self.returncode = -signal.SIGKILL
+                return self.returncode
 
 
 class Server:
@@ -168,11 +202,11 @@ class Server:
         self.busy = answer["pid"]
         return Child(self, answer["pid"])
 
-    def _exit_status(self, pid: int, timeout: float) -> int | None:
-        """The child's exit status once the server reports it; ``-SIGKILL`` when the server is gone (the
-        child was then re-parented to the checker, which stops and reaps it with the rest of the run)."""
+    def _exit_status(self, pid: int, timeout: float):
+        """The child's exit status once the server reports it (None before); ``GONE`` when the server is
+        gone, or said something else (it is not asked again)."""
         if self.busy != pid:
-            return -signal.SIGKILL
+            return GONE
         try:
             answer = self._receive(timeout, eof_ok=True)
         except ServerError:
@@ -180,10 +214,10 @@ class Server:
         if answer is None:
             return None
         self.busy = None
-        if "exit" in answer and isinstance(answer["exit"], int):
+        if "exit" in answer and isinstance(answer["exit"], int) and not isinstance(answer["exit"], bool):
             return answer["exit"]
-        self.usable = False  # gone, or said something else: not asked again
-        return -signal.SIGKILL
+        self.usable = False
+        return GONE
 
     def _receive(self, timeout: float, eof_ok: bool = False) -> dict | None:
         ready, _, _ = select.select([self.sock], [], [], timeout)
