@@ -57,8 +57,8 @@ def a_syntax_error(kit: Kit) -> None:
 
 # (id, how the manifest of lab 1 is broken, what the message must name besides the file)
 BROKEN = [
-    ("missing-timed_steps", lambda k: edit(k, "timed_steps = 12\n", ""), ["[workload] timed_steps is missing"]),
-    ("unknown-key", lambda k: edit(k, "timed_steps = 12\n", "timed_steps = 12\ntimed_step = 12\n"),
+    ("missing-timed_steps", lambda k: edit(k, "timed_steps = 8\n", ""), ["[workload] timed_steps is missing"]),
+    ("unknown-key", lambda k: edit(k, "timed_steps = 8\n", "timed_steps = 8\ntimed_step = 8\n"),
      ["[workload] has unknown key(s) timed_step", "known: batch_size"]),
     ("number-abc", lambda k: edit(k, "number = 1\n", 'number = "abc"\n'), ["number must be an integer", "'abc'"]),
     ("rule-without-what", lambda k: edit(k, 'what = "the training loss"\n', ""),
@@ -69,7 +69,7 @@ BROKEN = [
     ("hints-a-string", hints_as_a_string, ["hints must be a list of non-empty strings (got 'fix it')"]),
     ("timeout_s-0", lambda k: edit(k, "timeout_s = 90", "timeout_s = 0"),
      ["[workload] timeout_s must be a number above 0 (got 0)"]),
-    ("timed_steps-0", lambda k: edit(k, "timed_steps = 12", "timed_steps = 0"),
+    ("timed_steps-0", lambda k: edit(k, "timed_steps = 8", "timed_steps = 0"),
      ["[workload] timed_steps must be an integer, 1 or more (got 0)"]),
     ("unknown-metric", lambda k: edit(k, 'metric = "dataloader_wait"', 'metric = "data_wait"'),
      ["[evidence] metric must be one of the checker's evidence metrics", "dataloader_wait", "'data_wait'"]),
@@ -182,7 +182,7 @@ def test_every_problem_of_a_manifest_is_reported_at_once(tmp_path, root_is):
 
 # More mistakes, each refused when the manifest is read (in this process: cheap).
 REFUSED = [
-    ("profile_steps = 6", "profile_steps = 1", "[workload] profile_steps must be an integer, 2 or more"),
+    ("profile_steps = 5", "profile_steps = 1", "[workload] profile_steps must be an integer, 2 or more"),
     ("warmup_steps = 3", "warmup_steps = -1", "[workload] warmup_steps must be an integer, 0 or more"),
     ("batch_size = 32", "batch_size = 0", "[workload] batch_size must be an integer, 1 or more"),
     ("batch_size = 32", "batch_size = 32.5", "[workload] batch_size must be an integer"),
@@ -242,7 +242,7 @@ def test_each_key_is_checked(tmp_path, root_is, old, new, said):
     ("cuda = 2.0\n", ""),  # cpu is every device's fallback
     ("warmup_steps = 3", "warmup_steps = 0"),
     ("startup_s = 0.5", "startup_s = 0"),
-    ("profile_steps = 6", "profile_steps = 2"),
+    ("profile_steps = 5", "profile_steps = 2"),
     ('solution = "solution.py"\n', ""),
     ("seed = 0", 'seed = 0\nenv = { A = "1" }\nmax_rounds = 2'),
 ])
@@ -265,7 +265,7 @@ def test_a_missing_exercise_leaves_the_lab_loadable(tmp_path, root_is):
 def test_the_grading_table_is_checked_with_the_rest(tmp_path, root_is):
     kit = make_kit(tmp_path)
     edit(kit, "[speedup]", "[grading]\nruns = -1\nspeed = 2\n\n[speedup]")
-    edit(kit, "timed_steps = 12", "timed_steps = 0")
+    edit(kit, "timed_steps = 8", "timed_steps = 0")
     root_is(kit)
     with pytest.raises(labs.ManifestError) as e:
         labs.load(kit.lab1)
@@ -291,7 +291,7 @@ def test_when_no_lab_loads_list_shows_why_and_exits_3(tmp_path, root_is):
 
 def test_an_unknown_name_is_still_a_usage_error(tmp_path):
     kit = make_kit(tmp_path)
-    edit(kit, "timed_steps = 12", "timed_steps = 0")
+    edit(kit, "timed_steps = 8", "timed_steps = 0")
     proc = kit.run("hint", "mars")
     assert proc.returncode == 2 and "no lab called 'mars'" in proc.stderr
 
