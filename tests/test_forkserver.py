@@ -129,11 +129,10 @@ def test_where_no_server_starts_runs_are_fresh_processes(lab, monkeypatch):
     assert seen["sid"] == seen["pid"]
 
 
-def test_a_check_imports_torch_once_for_all_its_runs(lab, monkeypatch, tmp_path):
-    monkeypatch.setenv("PROFLAB_CAL_SPEEDUPS", "2")
-    monkeypatch.setenv("PROFLAB_CAL_COUNTER", str(tmp_path / "runs-so-far"))
-    started = []
-    real = forkserver.Server
+@pytest.fixture
+def started(monkeypatch) -> list:
+    """Every fork server started during the test, one entry each."""
+    started, real = [], forkserver.Server
 
     class Counted(real):
         def __init__(self, *args, **kwargs):
@@ -141,6 +140,12 @@ def test_a_check_imports_torch_once_for_all_its_runs(lab, monkeypatch, tmp_path)
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(forkserver, "Server", Counted)
+    return started
+
+
+def test_a_check_imports_torch_once_for_all_its_runs(lab, monkeypatch, tmp_path, started):
+    monkeypatch.setenv("PROFLAB_CAL_SPEEDUPS", "2")
+    monkeypatch.setenv("PROFLAB_CAL_COUNTER", str(tmp_path / "runs-so-far"))
     report = checks.check(lab, lab.folder / "scheduled.py", audited=False)
     assert report.verdict == "passed", report.as_dict()
     assert report.comparison["rounds"] >= 2
@@ -156,22 +161,13 @@ def test_the_server_imports_what_the_lab_files_import(lab):
     assert not [name for name in preload if name.split(".")[0] not in ("torch", "torchvision", "proflab")]
 
 
-def test_a_grading_imports_torch_once_per_lab_for_the_whole_class(lab, monkeypatch, tmp_path):
+def test_a_grading_imports_torch_once_per_lab_for_the_whole_class(lab, tmp_path, started):
     from proflab import grade
 
     faster = (CALIBRATION / "original.py").read_text().replace("cfg.step_ms / 1000", "cfg.step_ms / 2000")
     for learner in ("alice", "bob"):
         (tmp_path / "class" / learner).mkdir(parents=True)
         (tmp_path / "class" / learner / "calibration.py").write_text(faster)
-    started = []
-    real = forkserver.Server
-
-    class Counted(real):
-        def __init__(self, *args, **kwargs):
-            started.append(args)
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(forkserver, "Server", Counted)
     result = grade.grade(grade.find(tmp_path / "class", lab, [lab]), rounds=2)
     assert [g.report.verdict for g in result.graded] == ["passed", "passed"], [g.report.as_dict() for g in result.graded]
     assert len(started) == 1
