@@ -13,9 +13,11 @@ check only, as it does for the traces.
 
 from __future__ import annotations
 
+import io
+import time
 from pathlib import Path
 
-from . import charts, labs
+from . import labs
 from .breakdown import Breakdown
 from .checks import Report, trace_dir
 
@@ -25,13 +27,62 @@ WHERE = "where_the_time_went"
 STEP_TIMES = "step_times"
 
 
-def _writer(folder: Path):
-    from torch.utils.tensorboard import SummaryWriter
+class _Writer:
+    """One event file, written with TensorBoard's own writer and summary protos.
 
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("events.out.tfevents.*"):
-        old.unlink(missing_ok=True)
-    return SummaryWriter(log_dir=str(folder))
+    Not torch.utils.tensorboard: it imports torch (two seconds and more of
+    every check, in the checker's process), for three kinds of summary that
+    TensorBoard's own modules write as well.
+    """
+
+    def __init__(self, folder: Path):
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("events.out.tfevents.*"):
+            old.unlink(missing_ok=True)
+        self._file = EventFileWriter(str(folder))
+
+    def __enter__(self) -> _Writer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._file.close()
+
+    def _add(self, value, step: int = 0) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        self._file.add_event(Event(wall_time=time.time(), step=step, summary=Summary(value=[value])))
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        self._add(Summary.Value(tag=tag, simple_value=float(value)), step)
+
+    def add_text(self, tag: str, text: str) -> None:
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.plugins.text.metadata import create_summary_metadata
+        from tensorboard.util.tensor_util import make_tensor_proto
+
+        self._add(Summary.Value(tag=f"{tag}/text_summary", metadata=create_summary_metadata(tag, ""),
+                                tensor=make_tensor_proto([text.encode()])))
+
+    def add_figure(self, tag: str, figure) -> None:
+        """The figure as a PNG image summary; the figure is closed."""
+        from matplotlib import pyplot as plt
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        png = io.BytesIO()
+        figure.savefig(png, format="png")
+        width, height = (int(round(x)) for x in figure.get_size_inches() * figure.dpi)
+        plt.close(figure)
+        self._add(Summary.Value(tag=tag, image=Summary.Image(height=height, width=width, colorspace=4,
+                                                             encoded_image_string=png.getvalue())))
+
+
+def _writer(folder: Path) -> _Writer:
+    return _Writer(folder)
 
 
 def _step_times(writer, step_times_s: list[float]) -> None:
@@ -48,6 +99,7 @@ def write_step_times(lab: labs.Lab, label: str, step_times_s: list[float]) -> Pa
 
 def write_check(lab: labs.Lab, report: Report) -> Path:
     """Scalars, text and images for one check; returns the learner's run folder."""
+    from . import charts
     from .report import to_markdown
 
     if report.step_times["original"]:
