@@ -61,12 +61,15 @@ def available() -> bool:
     return CHROMIUM.exists() and CHROMEDRIVER.exists()
 
 
-def chrome(width: int = 1400, height: int = 900):
+def chrome(width: int = 1400, height: int = 900, offline: bool = False):
+    """Headless Chromium; ``offline``: no host but this machine resolves, as in a room with no network."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
+    if offline:
+        options.add_argument("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost")
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-quic", "--no-first-run", "--hide-scrollbars", f"--window-size={width},{height}",
@@ -102,19 +105,16 @@ def dashboard(driver, base: str, name: str, needles: tuple[str, ...], out: Path,
 
 def timeline(driver, base: str, out: Path, name: str = "tensorboard-trace-timeline.png") -> Path:
     """The kit's "Trace timeline" tab: the profiler's trace viewer, offline (the first run it lists)."""
-    from selenium.webdriver.common.by import By
-
     driver.get(f"{base}/#proflab_timeline")
+    frame = plugin_frame(driver, "proflab_timeline")
     deadline = time.monotonic() + 90
     steps = ""
     while time.monotonic() < deadline:
-        frames = driver.find_elements(By.TAG_NAME, "iframe")
-        if frames:
-            driver.switch_to.frame(frames[0])
-            steps = driver.execute_script("return document.body ? (document.body.dataset.steps || '') : ''")
-            driver.switch_to.default_content()
-            if steps:
-                break
+        driver.switch_to.frame(frame)
+        steps = driver.execute_script("return document.body ? (document.body.dataset.steps || '') : ''")
+        driver.switch_to.default_content()
+        if steps:
+            break
         time.sleep(1)
     assert steps and int(steps) > 0, "the timeline never showed the trace's ProfilerStep# events"
     time.sleep(2)
@@ -123,24 +123,72 @@ def timeline(driver, base: str, out: Path, name: str = "tensorboard-trace-timeli
     return path
 
 
-def tensorboard_screenshots(base: str, out: Path) -> list[Path]:
+def plugin_frame(driver, plugin: str, timeout: float = 90.0):
+    """The iframe of one plugin's tab (TensorBoard keeps the frames of tabs opened before, hidden)."""
+    from selenium.webdriver.common.by import By
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for frame in driver.find_elements(By.TAG_NAME, "iframe"):
+            if plugin in (frame.get_attribute("src") or ""):
+                return frame
+        time.sleep(0.5)
+    raise AssertionError(f"TensorBoard never opened the {plugin} tab's frame")
+
+
+PROFILE_VIEW = """
+const [view, run, before, after] = arguments;
+const pick = (id, value) => { const s = document.getElementById(id);
+  if (value && s.value !== value) { s.value = value; s.dispatchEvent(new Event('change')); } };
+pick('run', run); pick('before', before); pick('after', after);
+document.querySelector(`#views button[data-view="${view}"]`).click();
+"""
+
+
+def profile_view(driver, base: str, out: Path, view: str, run: str | None = None, before: str | None = None,
+                 after: str | None = None) -> Path:
+    """The kit's Profile tab inside TensorBoard, on ``view`` (and the runs asked for), once it has drawn."""
+    driver.get(f"{base}/#proflab_profile")
+    driver.switch_to.frame(plugin_frame(driver, "proflab_profile"))
+    try:
+        wait_until(driver, "return document.body && document.body.dataset.view", "the Profile tab", timeout=90)
+        driver.execute_script(PROFILE_VIEW, view, run, before, after)
+        wait_until(driver, "return document.body.dataset.view === arguments[0] && "
+                           "(!arguments[1] || document.body.dataset.loaded === arguments[1])",
+                   f"the Profile tab's {view} view", view, run, timeout=90)
+        if view == "memory":
+            wait_until(driver, "const i = document.querySelector('#memory-chart img');"
+                               "return !i || (i.complete && i.naturalWidth)", "the memory chart")
+    finally:
+        driver.switch_to.default_content()
+    time.sleep(1)
+    path = out / f"tensorboard-profile-{view}.png"
+    driver.save_screenshot(str(path))
+    return path
+
+
+def tensorboard_screenshots(base: str, out: Path, memory_run: str | None = None) -> list[Path]:
     """The views that work offline, each asserted to have rendered.
 
     The profiler plugin's own pages are not among them: its Overview and
-    Operator charts load Google Charts, and its Trace view loads a
-    web-components polyfill from cdnjs.cloudflare.com, so offline they never
-    finish loading. Their data is checked through the plugin's HTTP API, and
-    the kit's Trace timeline tab shows the same trace viewer offline.
+    Operator charts load Google Charts from the internet, and its Trace view
+    loads a web-components polyfill from cdnjs.cloudflare.com, so offline they
+    never finish loading. Their data is checked through the plugin's HTTP
+    API; the kit's Profile and Trace timeline tabs show the same offline.
+    ``memory_run``: a run profiled with profile_memory, for the Memory view.
     """
     out.mkdir(parents=True, exist_ok=True)
     driver = chrome()
     try:
         return [
-            dashboard(driver, base, "scalars", ("step_time_ms", "01-dataloader/original"), out),
+            dashboard(driver, base, "scalars", ("step_time_ms/01-dataloader", "01-dataloader/original"), out),
             dashboard(driver, base, "text", ("checker_report", "The starved DataLoader", "Faster"), out),
             dashboard(driver, base, "images", ("where_the_time_went", "step_times"), out),
             timeline(driver, base, out),
-        ]
+            profile_view(driver, base, out, "overview", run="01-dataloader/original"),
+            profile_view(driver, base, out, "operators", run="01-dataloader/original"),
+            profile_view(driver, base, out, "diff", before="01-dataloader/original", after="01-dataloader/reference"),
+        ] + ([profile_view(driver, base, out, "memory", run=memory_run)] if memory_run else [])
     finally:
         driver.quit()
 
@@ -331,10 +379,13 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="proflab-shots-"))
     shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
     env = {**os.environ, "PROFLAB_ROOT": str(root)}
-    print("Grading lab 1's reference fix (about a minute)…", flush=True)
+    print("Grading lab 1's reference fix (about half a minute)…", flush=True)
     subprocess.run([sys.executable, "-m", "proflab", "check", "1", "--file",
                     str(root / "labs" / "01_dataloader" / "solution.py")], cwd=root, env=env, check=False,
                    stdout=subprocess.DEVNULL)
+    print("Profiling lab 3's original with profile_memory, for the Memory view…", flush=True)
+    subprocess.run([sys.executable, "-m", "proflab", "run", "3", "--version", "original", "--profile-memory"],
+                   cwd=root, env=env, check=False, stdout=subprocess.DEVNULL)
     os.environ["PROFLAB_ROOT"] = str(root)
     sys.path.insert(0, str(REPO / "src"))
     from proflab import tensorboard
@@ -343,7 +394,7 @@ def main() -> None:
     port = free_port()
     proc = tensorboard.start(root / "runs", port=port)
     try:
-        for path in tensorboard_screenshots(f"http://127.0.0.1:{port}", Path(args.out)):
+        for path in tensorboard_screenshots(f"http://127.0.0.1:{port}", Path(args.out), "03-fusion/original"):
             print(f"wrote {path}")
     finally:
         tensorboard.stop(proc)

@@ -183,6 +183,27 @@ def solution_check(kit) -> tuple[int, dict]:
     return kit.check_decided("1", "--file", str(kit.lab1 / "solution.py"))
 
 
+def _reference_check(kit: Kit, tmp_path_factory, number: int, folder: str) -> tuple[int, dict]:
+    """A lab's reference fix, graded once in a kit of its own (its runs never mix with others')."""
+    k = sharing_data(tmp_path_factory.mktemp(f"lab{number}-solution-kit"), kit)
+    return k.check_decided(str(number), "--file", str(k.root / "labs" / folder / "solution.py"))
+
+
+@pytest.fixture(scope="session")
+def lab2_solution(kit, tmp_path_factory) -> tuple[int, dict]:
+    return _reference_check(kit, tmp_path_factory, 2, "02_embeddings")
+
+
+@pytest.fixture(scope="session")
+def lab3_solution(kit, tmp_path_factory) -> tuple[int, dict]:
+    return _reference_check(kit, tmp_path_factory, 3, "03_fusion")
+
+
+@pytest.fixture(scope="session")
+def lab4_solution(kit, tmp_path_factory) -> tuple[int, dict]:
+    return _reference_check(kit, tmp_path_factory, 4, "04_syncs")
+
+
 @pytest.fixture(scope="session")
 def exercise_kit(kit, tmp_path_factory) -> Kit:
     return sharing_data(tmp_path_factory.mktemp("exercise-kit"), kit)

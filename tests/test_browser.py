@@ -22,7 +22,7 @@ if not browser.available():
                 allow_module_level=True)
 
 
-def test_scalars_text_images_and_trace_timeline_render_offline(kit, solution_check, tmp_path):
+def test_scalars_text_images_timeline_and_profile_render_offline(kit, solution_check, tmp_path):
     code, _ = solution_check
     assert code == 0
     port = free_port()
@@ -32,7 +32,8 @@ def test_scalars_text_images_and_trace_timeline_render_offline(kit, solution_che
     finally:
         tensorboard.stop(proc)
     assert [p.name for p in shots] == ["tensorboard-scalars.png", "tensorboard-text.png", "tensorboard-images.png",
-                                      "tensorboard-trace-timeline.png"]
+                                      "tensorboard-trace-timeline.png", "tensorboard-profile-overview.png",
+                                      "tensorboard-profile-operators.png", "tensorboard-profile-diff.png"]
     for shot in shots:
         data = shot.read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 20_000, f"{shot.name} looks empty"

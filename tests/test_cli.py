@@ -32,6 +32,39 @@ def test_hints_come_one_at_a_time_and_are_remembered(fresh_kit):
     assert "Hint 3/3" in fresh_kit.run("hint", "1", "--all").stdout
 
 
+def test_the_last_hint_says_it_is_the_last(fresh_kit):
+    for _ in range(2):
+        fresh_kit.run("hint", "1")
+    last = fresh_kit.run("hint", "1")
+    assert "Hint 3/3 (the last)" in last.stdout and "That was the last hint" in last.stdout
+    assert "(the last)" not in fresh_kit.run("hint", "2").stdout
+
+
+def test_a_misspelt_lab_gets_a_did_you_mean(fresh_kit):
+    proc = fresh_kit.run("hint", "dataloder")
+    assert proc.returncode == 2 and "Did you mean 'dataloader'?" in proc.stderr
+    assert "Did you mean" not in fresh_kit.run("hint", "warp-drive").stderr
+
+
+def test_list_suggests_the_next_unfinished_lab(fresh_kit):
+    assert "Start with: proflab run 0" in fresh_kit.run("list").stdout
+    progress = fresh_kit.root / ".proflab" / "progress.json"
+    progress.parent.mkdir(exist_ok=True)
+    progress.write_text(json.dumps({"labs": {"profiler": {"status": "passed"}, "dataloader": {"status": "passed"}}}))
+    listed = fresh_kit.run("list").stdout
+    assert "Next: proflab run 2" in listed and "Start with" not in listed
+    assert "`proflab reset` does not change it" in listed
+
+
+def test_a_deleted_exercise_points_at_reset(fresh_kit):
+    (fresh_kit.lab1 / "exercise.py").unlink()
+    for command in ("run", "check"):
+        proc = fresh_kit.run(command, "1")
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "exercise.py is missing" in proc.stderr and "proflab reset 1" in proc.stderr
+        assert "Traceback" not in proc.stdout + proc.stderr and "frozen" not in proc.stdout + proc.stderr
+
+
 def test_reset_keeps_a_backup_and_restores_the_exercise(fresh_kit):
     exercise = fresh_kit.lab1 / "exercise.py"
     mine = exercise.read_text().replace("num_workers=0", "num_workers=3")

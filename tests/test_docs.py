@@ -43,3 +43,19 @@ def test_docs_build_strict_and_offline(tmp_path):
         assert "fonts.googleapis.com" not in html, f"{where} loads Google Fonts"
         external = [m.group(0) for m in EXTERNAL_SOURCE.finditer(html)]
         assert not external, f"{where} loads from the internet: {external}"
+
+
+PLUGIN_VIEW = re.compile(r"PyTorch Profiler\s*›|Operator view|Trace view|Memory view|Distributed view")
+
+
+def test_no_plugin_view_is_pointed_at_without_saying_it_needs_the_internet():
+    """The profiler plugin's own views never finish loading offline: wherever the kit names one, the same
+    paragraph (or manifest line, or docstring) says so."""
+    files = [*REPO.glob("labs/*/lab.toml"), *REPO.glob("src/proflab/**/*.py"), *REPO.glob("docs/**/*.md")]
+    silent = []
+    for path in files:
+        for paragraph in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")):
+            if PLUGIN_VIEW.search(paragraph) and "internet" not in paragraph:
+                silent.append(f"{path.relative_to(REPO)}: {PLUGIN_VIEW.search(paragraph).group(0)!r} in "
+                              f"{paragraph.strip()[:120]!r}")
+    assert not silent, "\n".join(silent)

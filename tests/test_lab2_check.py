@@ -18,13 +18,6 @@ def lab2_folder(kit):
 
 
 @pytest.fixture(scope="session")
-def lab2_solution(kit, tmp_path_factory):
-    """The reference fix, graded once in a kit of its own (its runs never mix with others')."""
-    k = sharing_data(tmp_path_factory.mktemp("lab2-solution-kit"), kit)
-    return k.check_decided("2", "--file", str(lab2_folder(k) / "solution.py"))
-
-
-@pytest.fixture(scope="session")
 def lab2_exercise(kit, tmp_path_factory):
     """``proflab check embeddings`` on the untouched exercise, in a kit of its own."""
     k = sharing_data(tmp_path_factory.mktemp("lab2-exercise-kit"), kit)

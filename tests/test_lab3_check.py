@@ -7,20 +7,11 @@ counts are exact: the same code runs the same operators on any machine.
 
 from __future__ import annotations
 
-import pytest
-
-from conftest import CHECK_NAMES, LEARNER_FILES, failing, sharing_data, statuses, explain
+from conftest import CHECK_NAMES, LEARNER_FILES, failing, statuses, explain
 
 
 def lab3_folder(kit):
     return kit.root / "labs" / "03_fusion"
-
-
-@pytest.fixture(scope="session")
-def lab3_solution(kit, tmp_path_factory):
-    """The reference fix, graded once in a kit of its own (its runs never mix with others')."""
-    k = sharing_data(tmp_path_factory.mktemp("lab3-solution-kit"), kit)
-    return k.check_decided("3", "--file", str(lab3_folder(k) / "solution.py"))
 
 
 def grade(kit, name: str) -> tuple[int, dict]:

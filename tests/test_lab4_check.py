@@ -11,18 +11,11 @@ import json
 
 import pytest
 
-from conftest import CHECK_NAMES, LEARNER_FILES, failing, sharing_data, statuses, explain
+from conftest import CHECK_NAMES, LEARNER_FILES, failing, statuses, explain
 
 
 def lab4_folder(kit):
     return kit.root / "labs" / "04_syncs"
-
-
-@pytest.fixture(scope="session")
-def lab4_solution(kit, tmp_path_factory):
-    """The reference fix, graded once in a kit of its own."""
-    k = sharing_data(tmp_path_factory.mktemp("lab4-solution-kit"), kit)
-    return k.check_decided("4", "--file", str(lab4_folder(k) / "solution.py"))
 
 
 def test_reference_solution_passes(lab4_solution):

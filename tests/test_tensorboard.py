@@ -35,7 +35,7 @@ def test_tensorboard_lists_lab1_runs_and_stops_cleanly(kit, solution_check, sig)
     try:
         banner = [proc.stdout.readline() for _ in range(3)]
         assert f"http://localhost:{port}/" in banner[0], banner
-        assert "Open first: the Trace timeline tab, run 01-dataloader/" in banner[1]
+        assert "Open first: the Profile tab (Overview, Operators, Diff, Memory), run 01-dataloader/" in banner[1]
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 90
         runs = {}

@@ -104,8 +104,9 @@ def test_step_time_scalars_overlay_both_versions(server):
     base, report = server
     tags = fetch_json(base, "/data/plugin/scalars/tags")
     for which, run in RUNS.items():
-        assert "step_time_ms" in tags[run]
-        points = fetch_json(base, "/data/plugin/scalars/scalars", run=run, tag="step_time_ms")
+        assert "step_time_ms/01-dataloader" in tags[run]  # one chart per lab
+        assert not any(t.startswith("step_time_ms/") and t != "step_time_ms/01-dataloader" for t in tags[run])
+        points = fetch_json(base, "/data/plugin/scalars/scalars", run=run, tag="step_time_ms/01-dataloader")
         values = [value for _, _, value in points]
         assert [step for _, step, _ in points] == list(range(len(values)))
         assert values == pytest.approx([1000 * t for t in report["step_times"][which]], rel=1e-5)

@@ -17,7 +17,6 @@ the measured value and the accepted answers.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -47,23 +46,11 @@ def _in_steps(trace: Trace, events: list[Event]) -> list[Event]:
 
 
 def self_times(trace: Trace) -> dict[str, float]:
-    """Self CPU time per operator (``aten::``), in µs, over the trace's steps: an operator's time less that
-    of the operators it calls on its thread, as key_averages' Self CPU column counts it."""
-    totals: dict[str, float] = defaultdict(float)
-    ops = sorted((e for e in _in_steps(trace, trace.events) if e.cat == "cpu_op" and e.name.startswith("aten::")),
-                 key=lambda e: (str(e.pid), str(e.tid), e.ts, -e.dur))
-    stack: list[Event] = []
-    child_time: dict[int, float] = defaultdict(float)
-    for e in ops:
-        thread = (str(e.pid), str(e.tid))
-        while stack and (e.ts >= stack[-1].end or thread != (str(stack[-1].pid), str(stack[-1].tid))):
-            stack.pop()
-        if stack:
-            child_time[id(stack[-1])] += e.dur
-        stack.append(e)
-    for e in ops:
-        totals[e.name] += max(0.0, e.dur - child_time[id(e)])
-    return dict(totals)
+    """Self CPU time per operator (``aten::``), in µs, over the trace's steps, as key_averages' Self CPU
+    column counts it (``operators.table``)."""
+    from .operators import table
+
+    return {row.name: row.self_cpu_us for row in table(trace) if row.name.startswith("aten::")}
 
 
 def top_self_cpu(trace: Trace) -> Measured:

@@ -10,7 +10,7 @@ that never overlap, taken in this order:
                       ``cuda*Synchronize`` and ``aten::_local_scalar_dense``
                       (what ``.item()`` runs)
     CPU ops           any other recorded operator or ``record_function`` range
-    other             the rest: Python between ops, the profiler's own work
+    other             the rest: Python between operators, the profiler's own work
 
 Device time (kernels, copies, memsets on the GPU) runs alongside the host and
 is reported beside the host parts, as the device's busy time per step.
@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from .evidence import DATALOADER_PREFIX, DEVICE_CATEGORIES, Event, Trace
 
 HOST_PARTS = ("DataLoader wait", "syncs", "CPU ops", "other")
+# What each part is called where a learner reads it (the report, its charts, the Profile tab).
+LABELS = {"DataLoader wait": "DataLoader wait", "syncs": "host reads and syncs", "CPU ops": "CPU operators",
+          "other": "Python between operators"}
 SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
               "aten::_local_scalar_dense")
 HOST_OP_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "python_function")

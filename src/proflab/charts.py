@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from .breakdown import HOST_PARTS, Breakdown  # noqa: E402
+from .breakdown import HOST_PARTS, LABELS, Breakdown  # noqa: E402
 
 COLORS = {"DataLoader wait": "#d62728", "syncs": "#9467bd", "CPU ops": "#1f77b4", "other": "#c7c7c7",
           "device busy": "#2ca02c"}
@@ -30,7 +30,7 @@ def where_time_went(breakdowns: dict[str, Breakdown], title: str) -> Figure:
         left = 0.0
         for part in HOST_PARTS:
             width = b.host_ms[part]
-            ax.barh(row, width, left=left, color=COLORS[part], label=part if row == 0 else None, height=0.55)
+            ax.barh(row, width, left=left, color=COLORS[part], label=LABELS[part] if row == 0 else None, height=0.55)
             if width > 0.08 * max(x.step_ms for x in breakdowns.values()):
                 ax.text(left + width / 2, row, f"{width:.1f} ms\n{b.share(part):.0%}", ha="center",
                         va="center", fontsize=8)

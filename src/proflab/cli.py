@@ -75,6 +75,10 @@ def _lab_and_file(target: str, file: str | None, version: str = "exercise") -> t
             raise UsageError(f"{file}: no such file")
         return lab, path.resolve()
     chosen = {"exercise": lab.exercise, "original": lab.original, "solution": lab.solution}[version]
+    if not chosen.exists():
+        restore = (f"`proflab reset {lab.number}` hands out a fresh copy of the exercise" if version == "exercise"
+                   else f"`git checkout -- {paths.display(chosen)}` restores it")
+        raise UsageError(f"{paths.display(chosen)} is missing: {restore}")
     if chosen.is_dir():
         raise errors.KitError(f"{paths.display(chosen)} is a folder, not a file: move it aside, then "
                               f"`proflab reset {lab.number}` restores the exercise")
@@ -134,8 +138,16 @@ def cmd_list(args) -> int:
     if not found:
         err.print("[red]proflab:[/] no lab's manifest loads; fix the lab.toml files above")
         return 3
-    first = found[0].number
-    out.print(f"\n[dim]Start with:[/] proflab run {first}   [dim]then[/] proflab check {first}")
+    unfinished = [lab for lab in found if progress.status(lab.name) != progress.PASSED]
+    if not unfinished:
+        out.print("\n[green]Every lab passed.[/] [dim]`proflab reset N` hands a lab's exercise out again "
+                  "(your version is backed up); its status stays passed until a check of it fails.[/]")
+        return 0
+    nxt = unfinished[0].number
+    word = "Start with" if len(unfinished) == len(found) else "Next"
+    out.print(f"\n[dim]{word}:[/] proflab run {nxt}   [dim]then[/] proflab check {nxt}")
+    if len(unfinished) < len(found):
+        out.print("[dim]A status is your last check of that lab's exercise; `proflab reset` does not change it.[/]")
     return 0
 
 
@@ -192,6 +204,8 @@ def cmd_run(args) -> int:
     if table:
         out.print(f"\n[dim]prof.key_averages().table(sort_by=\"{table['sort_by']}\") over the profiled steps:[/]")
         out.print(escape(table["text"]), soft_wrap=True)
+        if r.get("trace"):
+            _host_reads(r["trace"])
     times = sorted(r["step_times"])
     out.print(f"Step time over {len(times)} timed steps: mean {r['mean_step_s'] * 1000:.1f} ms, "
               f"median {times[len(times) // 2] * 1000:.1f} ms "
@@ -206,6 +220,19 @@ def cmd_run(args) -> int:
         out.print(f"Trace: {escape(paths.display(r['trace']))} ({size:.1f} MB)")
         out.print(f"Open it: [bold]proflab tensorboard[/]   [dim](run '{lab.slug}/{label}')[/]")
     return 0
+
+
+def _host_reads(trace_path: str) -> None:
+    """One line under the table for what its first rows may leave out: the host reads per step."""
+    from . import evidence
+
+    try:
+        reads = evidence.host_syncs(evidence.load(trace_path))
+    except (evidence.TraceError, OSError):
+        return
+    if reads.value > 0:
+        out.print(f"[dim]Host reads per profiled step:[/] {escape(reads.summary)}  "
+                  "[dim](every row: TensorBoard › Profile › Operators)[/]", soft_wrap=True)
 
 
 def cmd_check(args) -> int:
@@ -248,10 +275,14 @@ def cmd_hint(args) -> int:
     else:
         shown = [progress.next_hint(lab.name, len(lab.hints))]
     for i in shown:
-        out.print(f"[bold]Hint {i + 1}/{len(lab.hints)}[/] · lab {lab.number} ({lab.name})")
+        last = " (the last)" if i + 1 == len(lab.hints) else ""
+        out.print(f"[bold]Hint {i + 1}/{len(lab.hints)}{last}[/] · lab {lab.number} ({lab.name})")
         out.print(escape(lab.hints[i]) + "\n")
     if not args.all and shown[0] + 1 < len(lab.hints):
         out.print("[dim]Run it again for the next hint.[/]")
+    elif not args.all:
+        out.print(f"[dim]That was the last hint; `proflab hint {lab.number} --all` shows them all, and the lab's "
+                  "page walks through the fix.[/]")
     return 0
 
 
@@ -394,35 +425,24 @@ def _what_to_open(logdir: Path) -> list[str]:
     folder that cannot be read, a trace deleted meanwhile) never stops the
     server: a generic line is shown instead.
     """
-    tabs = [f"  Scalars › {summaries.STEP_TIME} · Text › {summaries.REPORT} · Images › {summaries.WHERE}",
-            "  [dim]All of these work offline. The PyTorch Profiler tab's charts and Trace view "
-            "need the internet.[/]"]
-    generic = ["Open first: the [bold]Trace timeline[/] tab on your newest run, then on its lab's "
-               "[bold]original[/] run to compare", *tabs]
+    from . import timeline
+
+    tabs = ["  [bold]Trace timeline[/] tab: the same run as a timeline, step by step",
+            f"  Scalars › {summaries.STEP_TIME}/<lab> · Text › {summaries.REPORT} · Images › {summaries.WHERE}",
+            "  [dim]All of these work offline. The PyTorch Profiler tab's own views load their charts "
+            "from the internet: offline they never finish loading.[/]"]
+    generic = ["Open first: the [bold]Profile[/] tab (Overview, Operators, Diff, Memory) on your newest run, "
+               "then its Diff against the lab's [bold]original[/] run", *tabs]
     try:
         if not os.access(logdir, os.R_OK | os.X_OK):
             return generic
-        run = None
-        last = progress.last_run()
-        if isinstance(last, dict) and all(isinstance(last.get(key), str) and last[key] for key in ("lab", "run")) \
-                and (logdir / last["lab"] / last["run"]).is_dir():
-            run = f"{last['lab']}/{last['run']}"
+        run = timeline.recommended_run(logdir)
         if run is None:
-            newest = None
-            for trace in logdir.glob("*/*/*.pt.trace.json*"):
-                try:
-                    mtime = trace.stat().st_mtime
-                except OSError:  # gone meanwhile, a broken link
-                    continue
-                if newest is None or mtime > newest[0]:
-                    newest = (mtime, trace)
-            if newest is None:
-                return ["[dim]No runs yet: `proflab run 1` writes the first one.[/]"]
-            run = f"{newest[1].parent.parent.name}/{newest[1].parent.name}"
+            return ["[dim]No runs yet: `proflab run 1` writes the first one.[/]"]
         original = f"{run.split('/')[0]}/original"
-        lines = [f"Open first: the [bold]Trace timeline[/] tab, run [bold]{escape(run)}[/]"]
+        lines = [f"Open first: the [bold]Profile[/] tab (Overview, Operators, Diff, Memory), run [bold]{escape(run)}[/]"]
         if run != original and (logdir / original).is_dir():
-            lines.append(f"  then the same tab on run [bold]{escape(original)}[/] to compare")
+            lines.append(f"  then its [bold]Diff[/] view: run [bold]{escape(original)}[/] → {escape(run)}")
         return lines + tabs
     except Exception:  # never worth the server: it is up, say something useful anyway
         return generic

@@ -51,7 +51,7 @@ def busy_note(report: Report) -> str:
 
 def to_markdown(report: Report) -> str:
     """The report as Markdown, for TensorBoard's Text dashboard."""
-    from .breakdown import HOST_PARTS
+    from .breakdown import HOST_PARTS, LABELS
 
     verdict = {PASSED: "PASSED", FAILED: "FAILED", INCONCLUSIVE: "INCONCLUSIVE"}.get(report.verdict, "NOT GRADED")
     lines = [f"## Lab {report.number} · {report.title}: {verdict}", "",
@@ -82,7 +82,7 @@ def to_markdown(report: Report) -> str:
                 b = report.breakdown[n]
                 share = b["host_ms"][part] / b["step_ms"] if b["step_ms"] else 0.0
                 cells.append(f"{b['host_ms'][part]:.1f} ({share:.0%})")
-            lines.append(f"| {part} | " + " | ".join(cells) + " |")
+            lines.append(f"| {LABELS[part]} | " + " | ".join(cells) + " |")
         lines.append("| device busy | " + " | ".join(f"{report.breakdown[n]['device_busy_ms']:.1f}" for n in names) + " |")
         lines.append("| **step** | " + " | ".join(f"**{report.breakdown[n]['step_ms']:.1f}**" for n in names) + " |")
     failed = next((c for c in report.checks if c.status in (FAILED, INCONCLUSIVE)), None)
@@ -99,8 +99,9 @@ def shown(text: str) -> str:
 
 def render(report: Report, console: Console, verbose: bool = False) -> None:
     console.print(f"[bold]Lab {report.number} · {escape(report.title)}[/]")
-    console.print(f"[dim]checking {shown(paths.display(report.file))} against the original on "
-                  f"{shown(report.device)}[/]")
+    what = ("the lab's reference fix, " if report.label == "reference" else "") + shown(paths.display(report.file))
+    where = f" on {shown(report.device)}" if report.device and report.device != "?" else ""
+    console.print(f"[dim]checking {what} against the original{where}[/]")
     console.print()
     if report.error:
         console.print(f"[red]✗ Cannot grade:[/] {shown(report.error)}")

@@ -2,7 +2,7 @@
 
 For each check, in the lab's runs folder (``runs/01-dataloader/``):
 
-* Scalars ``step_time_ms`` in the original's run and in the learner's, so the
+* Scalars ``step_time_ms/<lab>`` in the original's run and in the learner's, so the
   two versions overlay in one chart (every timed step of every round);
 * Text ``checker_report`` in the learner's run: the report as a table;
 * Images ``where_the_time_went`` and ``step_times`` in the learner's run.
@@ -85,15 +85,20 @@ def _writer(folder: Path) -> _Writer:
     return _Writer(folder)
 
 
-def _step_times(writer, step_times_s: list[float]) -> None:
+def step_time_tag(lab: labs.Lab) -> str:
+    """One chart per lab (``step_time_ms/01-dataloader``): labs' step times differ a hundredfold."""
+    return f"{STEP_TIME}/{lab.slug}"
+
+
+def _step_times(writer, lab: labs.Lab, step_times_s: list[float]) -> None:
     for i, t in enumerate(step_times_s):
-        writer.add_scalar(STEP_TIME, t * 1000.0, i)
+        writer.add_scalar(step_time_tag(lab), t * 1000.0, i)
 
 
 def write_step_times(lab: labs.Lab, label: str, step_times_s: list[float]) -> Path:
     folder = trace_dir(lab, label)
     with _writer(folder) as w:
-        _step_times(w, step_times_s)
+        _step_times(w, lab, step_times_s)
     return folder
 
 
@@ -106,7 +111,7 @@ def write_check(lab: labs.Lab, report: Report) -> Path:
         write_step_times(lab, "original", report.step_times["original"])
     folder = trace_dir(lab, report.label)
     with _writer(folder) as w:
-        _step_times(w, report.step_times["learner"])
+        _step_times(w, lab, report.step_times["learner"])
         w.add_text(REPORT, to_markdown(report))
         names = {"original": "original", "learner": report.label}
         if report.breakdown:

@@ -2,7 +2,7 @@
 
 The PyTorch Profiler plugin's Trace view embeds Chromium's trace viewer
 (``trace_viewer_full.html``, shipped inside torch-tb-profiler) but loads the
-web-components polyfill that viewer needs from cdnjs.cloudflare.com. Offline,
+web-components polyfill that viewer needs from the internet (cdnjs.cloudflare.com). Offline,
 that page never renders. This tab serves the same viewer file, read from the
 installed plugin at run time (nothing of the plugin is copied), together with
 a local copy of that polyfill (``timeline_static/``), and feeds it the trace
@@ -34,6 +34,53 @@ def viewer_file() -> Path | None:
     return path if path.exists() else None
 
 
+def newest_traces(logdir: Path | None) -> dict[str, Path]:
+    """Run name (its folder under the log folder) → its newest trace file."""
+    if logdir is None or not logdir.is_dir():
+        return {}
+    newest: dict[str, Path] = {}
+    for trace in logdir.rglob(TRACE_GLOB):
+        run = trace.parent.relative_to(logdir).as_posix()
+        if run not in newest or trace.stat().st_mtime > newest[run].stat().st_mtime:
+            newest[run] = trace
+    return dict(sorted(newest.items()))
+
+
+def recommended_run(logdir: Path) -> str | None:
+    """The run a learner should open first: the one they made last (the kit's progress file says which),
+    else the newest trace's; None when there is none. Odd state (a progress file of another shape, a
+    trace deleted meanwhile) falls back, never raises for it."""
+    from . import progress
+
+    last = progress.last_run()
+    if isinstance(last, dict) and all(isinstance(last.get(key), str) and last[key] for key in ("lab", "run")) \
+            and (logdir / last["lab"] / last["run"]).is_dir():
+        return f"{last['lab']}/{last['run']}"
+    newest = None
+    for trace in logdir.glob("*/*/*.pt.trace.json*"):
+        try:
+            mtime = trace.stat().st_mtime
+        except OSError:  # gone meanwhile, a broken link
+            continue
+        if newest is None or mtime > newest[0]:
+            newest = (mtime, trace)
+    return None if newest is None else f"{newest[1].parent.parent.name}/{newest[1].parent.name}"
+
+
+def open_route(logdir: Path | None):
+    """``/open``: the run a tab shows first (``recommended_run``)."""
+
+    @wrappers.Request.application
+    def serve(request: Request) -> Response:
+        try:
+            run = recommended_run(logdir) if logdir is not None else None
+        except Exception:  # a tab still opens, on its first run
+            run = None
+        return Response(json.dumps({"run": run}), content_type="application/json")
+
+    return serve
+
+
 class TimelinePlugin(base_plugin.TBPlugin):
     plugin_name = "proflab_timeline"
 
@@ -54,19 +101,12 @@ class TimelinePlugin(base_plugin.TBPlugin):
             "/webcomponents.min.js": self._static("webcomponents.min.js", "application/javascript"),
             "/trace_viewer_full.html": self._viewer,
             "/runs": self._runs_route,
+            "/open": open_route(self.logdir),
             "/trace": self._trace_route,
         }
 
     def _runs(self) -> dict[str, Path]:
-        """Run name (its folder under the log folder) → its newest trace file."""
-        if self.logdir is None or not self.logdir.is_dir():
-            return {}
-        newest: dict[str, Path] = {}
-        for trace in self.logdir.rglob(TRACE_GLOB):
-            run = trace.parent.relative_to(self.logdir).as_posix()
-            if run not in newest or trace.stat().st_mtime > newest[run].stat().st_mtime:
-                newest[run] = trace
-        return dict(sorted(newest.items()))
+        return newest_traces(self.logdir)
 
     @staticmethod
     def _static(name: str, content_type: str):

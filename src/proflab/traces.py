@@ -5,11 +5,13 @@ torch-tb-profiler 0.4.3, the plugin's last release, was written for PyTorch
 and the DataLoader's ``enumerate(DataLoader)#…__next__``) under the category
 ``user_annotation``, and the plugin drops every ``user_annotation`` event but
 ``ProfilerStep#``. Its Overview then shows a DataLoader share of 0% and never
-recommends more workers, and your labels vanish from its Operator view.
+recommends more workers, and your labels vanish from its Operator view
+(views that need the internet in any case: they load their charts from it;
+the kit's Profile tab reads the traces itself, offline).
 
 The kit re-files those ranges under ``cpu_op``, the category the plugin reads
 them from, right after ``tensorboard_trace_handler`` writes the file. Names,
-times and nesting are untouched, so the Trace view and every figure the kit
+times and nesting are untouched, so the timeline and every figure the kit
 measures stay the same. GPU-side annotations (``gpu_user_annotation``) are
 left alone.
 """

@@ -1,0 +1,232 @@
+"""The kit's profiler views, as a TensorBoard tab that needs no network: "Profile".
+
+The PyTorch Profiler plugin's Overview and Operator pages draw with Google
+Charts, loaded from the internet, so in a workshop room with no network they
+spin forever; its Memory view does not read ``profile_memory`` traces of
+torch 2.x. This tab reads the same runs (the newest trace under each run
+folder of TensorBoard's log folder) and serves, as JSON for its own page
+(``dashboard_static/``, plain HTML and JavaScript, nothing fetched from
+elsewhere):
+
+* ``/overview``: step time and where it went (``breakdown``), host reads per
+  step, and a recommendation where one part of the step is large;
+* ``/operators``: the operator table of key_averages (``operators.table``),
+  per step or in total;
+* ``/diff``: two runs' tables side by side, per step (``operators.diff``);
+* ``/memory``: for a run profiled with ``profile_memory``, memory allocated
+  over the profiled steps, its peak, and the operators that allocate most;
+  ``/memory.svg`` draws the curve (matplotlib, on the server).
+
+Registered through the ``tensorboard_plugins`` entry point in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from collections import OrderedDict, defaultdict
+from pathlib import Path
+from typing import Any
+
+from tensorboard.plugins import base_plugin
+from werkzeug import Request, Response, wrappers
+
+from . import breakdown, evidence, operators
+from .timeline import newest_traces, open_route
+
+STATIC = Path(__file__).resolve().parent / "dashboard_static"
+CACHED_TRACES = 3  # a trace of thousands of tiny operators holds hundreds of MB once parsed
+
+# A part of the step this large gets a recommendation (shares of the host time per step).
+ADVICE = {
+    "DataLoader wait": (0.3, "The DataLoader takes {share:.0%} of each step: the loop waits for its data. Load "
+                             "batches in the background: DataLoader(num_workers=…), and pin_memory=True on CUDA."),
+    "syncs": (0.2, "Host reads and syncs take {share:.0%} of each step: the host waits for the device or reads a "
+                   "value back (.item(), .cpu(), .tolist(), printing a tensor). Keep values on the device, read "
+                   "them once in a while."),
+    "other": (0.3, "Python between operators takes {share:.0%} of each step (the ProfilerStep# self time): many "
+                   "small operations launched one by one from Python, or the host doing work of its own. "
+                   "Vectorise (one operator over a whole tensor), or fuse."),
+}
+READS_ADVICE = ("{reads:g} host reads per step ({names}): each read of a tensor into Python (.item(), .tolist(), "
+                ".cpu(), float(t), if t:) stops the host until the value is ready, on CUDA until the device has "
+                "caught up. Keep the values on the device and read them once per "
+                "interval, not every step.")
+DEVICE_IDLE_ADVICE = ("The device is busy only {busy:.0%} of each step: it waits for the host. Look at the host "
+                      "parts above, and at what launches the kernels.")
+
+
+class ProfilePlugin(base_plugin.TBPlugin):
+    plugin_name = "proflab_profile"
+
+    def __init__(self, context: base_plugin.TBContext):
+        self.logdir = Path(context.logdir).resolve() if context.logdir else None
+        self._cache: OrderedDict[tuple[str, float], evidence.Trace] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def frontend_metadata(self):
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Profile", disable_reload=True)
+
+    def is_active(self) -> bool:
+        return bool(self._runs())
+
+    def get_plugin_apps(self):
+        return {
+            "/index.js": self._static("index.js", "application/javascript"),
+            "/index.html": self._static("index.html", "text/html"),
+            "/runs": self._json(lambda args: list(self._runs())),
+            "/open": open_route(self.logdir),
+            "/overview": self._json(lambda args: overview(self._trace(args.get("run", "")))),
+            "/operators": self._json(lambda args: [r.as_dict() for r in operators.table(
+                self._trace(args.get("run", "")), per_step=args.get("per", "step") == "step")]),
+            "/diff": self._json(lambda args: {
+                "before": args.get("before", ""), "after": args.get("after", ""),
+                "changes": [c.as_dict() for c in operators.diff(self._trace(args.get("before", "")),
+                                                               self._trace(args.get("after", "")))]}),
+            "/memory": self._json(lambda args: memory(self._trace(args.get("run", "")))),
+            "/memory.svg": self._memory_svg,
+        }
+
+    def _runs(self) -> dict[str, Path]:
+        return newest_traces(self.logdir)
+
+    def _trace(self, run: str) -> evidence.Trace:
+        path = self._runs().get(run)
+        if path is None:  # only traces found under the log folder are ever read
+            raise LookupError(f"no run {run!r}")
+        key = (str(path), path.stat().st_mtime)
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        trace = evidence.load(path)
+        with self._lock:
+            self._cache[key] = trace
+            while len(self._cache) > CACHED_TRACES:
+                self._cache.popitem(last=False)
+        return trace
+
+    @staticmethod
+    def _static(name: str, content_type: str):
+        @wrappers.Request.application
+        def serve(request: Request) -> Response:
+            return Response((STATIC / name).read_bytes(), content_type=content_type)
+
+        return serve
+
+    @staticmethod
+    def _json(answer):
+        @wrappers.Request.application
+        def serve(request: Request) -> Response:
+            try:
+                body = answer(request.args)
+            except LookupError as e:
+                return Response(json.dumps({"error": str(e)}), status=404, content_type="application/json")
+            except evidence.TraceError as e:
+                return Response(json.dumps({"error": str(e)}), status=422, content_type="application/json")
+            return Response(json.dumps(body), content_type="application/json")
+
+        return serve
+
+    @wrappers.Request.application
+    def _memory_svg(self, request: Request) -> Response:
+        try:
+            found = memory(self._trace(request.args.get("run", "")))
+        except LookupError:
+            return Response("no such run", status=404)
+        if not found["recorded"]:
+            return Response("this run was profiled without profile_memory", status=404)
+        return Response(memory_svg(found), content_type="image/svg+xml")
+
+
+def overview(trace: evidence.Trace) -> dict[str, Any]:
+    """Where a profiled step's time went, and what to try where one part is large."""
+    b = breakdown.of(trace)
+    reads = evidence.host_syncs(trace)
+    names = {k: v for k, v in reads.details.items() if k not in ("round_trips_per_step", "dtoh_copies_per_step",
+                                                                  "steps")}
+    advice = [text.format(share=b.share(part)) for part, (limit, text) in ADVICE.items() if b.share(part) >= limit]
+    if reads.value >= 1:
+        advice.append(READS_ADVICE.format(reads=reads.value, names=", ".join(
+            f"{count:g} {name}" for name, count in sorted(names.items(), key=lambda kv: -kv[1]))))
+    if trace.on_cuda and b.step_ms and b.device_busy_ms / b.step_ms < 0.5:
+        advice.append(DEVICE_IDLE_ADVICE.format(busy=b.device_busy_ms / b.step_ms))
+    return {
+        "steps": b.steps, "step_ms": b.step_ms, "on_cuda": trace.on_cuda,
+        "parts": [{"key": part, "label": breakdown.LABELS[part], "ms": b.host_ms[part], "share": b.share(part)}
+                  for part in breakdown.HOST_PARTS],
+        "device_busy_ms": b.device_busy_ms,
+        "host_reads_per_step": reads.value, "host_reads": names,
+        "advice": advice,
+    }
+
+
+def memory(trace: evidence.Trace) -> dict[str, Any]:
+    """Memory allocated over the profiled steps, per device, from the ``[memory]`` events of ``profile_memory``."""
+    events = trace.raw.get("traceEvents", [])
+    steps = trace.steps
+    first, last = steps[0].ts, steps[-1].end
+    marks = sorted((e for e in events if e.get("name") == "[memory]" and isinstance(e.get("args"), dict)
+                    and first <= float(e.get("ts", 0.0)) <= last), key=lambda e: float(e["ts"]))
+    if not marks:
+        return {"recorded": False, "devices": {}, "top": []}
+    devices: dict[str, dict[str, Any]] = {}
+    for e in marks:
+        args = e["args"]
+        device = "cpu" if args.get("Device Type", 0) == 0 else f"cuda:{args.get('Device Id', 0)}"
+        d = devices.setdefault(device, {"t_ms": [], "allocated_mb": [], "peak_mb": 0.0, "peak_t_ms": 0.0})
+        allocated = float(args.get("Total Allocated", 0)) / 2**20
+        d["t_ms"].append((float(e["ts"]) - first) / 1000.0)
+        d["allocated_mb"].append(allocated)
+        if allocated > d["peak_mb"]:
+            d["peak_mb"], d["peak_t_ms"] = allocated, d["t_ms"][-1]
+    return {"recorded": True, "devices": devices, "top": _allocators(events, marks, len(steps)),
+            "step_starts_ms": [(s.ts - first) / 1000.0 for s in steps]}
+
+
+def _allocators(events: list[dict], marks: list[dict], steps: int) -> list[dict[str, Any]]:
+    """The operators that allocate the most, per step: each allocation given to the innermost operator
+    running on its thread when it was made."""
+    ops = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op" and "ts" in e),
+                 key=lambda e: (float(e["ts"]), -float(e.get("dur", 0.0))))
+    allocated: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    open_ops: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    i = 0
+    for m in marks:
+        ts, thread = float(m["ts"]), (str(m.get("pid")), str(m.get("tid")))
+        while i < len(ops) and float(ops[i]["ts"]) <= ts:
+            op = ops[i]
+            open_ops[(str(op.get("pid")), str(op.get("tid")))].append(op)
+            i += 1
+        stack = open_ops[thread]
+        while stack and float(stack[-1]["ts"]) + float(stack[-1].get("dur", 0.0)) < ts:
+            stack.pop()
+        size = float(m["args"].get("Bytes", 0))
+        if size > 0:
+            name = stack[-1]["name"] if stack else "(outside any operator)"
+            allocated[name] += size
+            count[name] += 1
+    rows = [{"name": n, "allocated_mb": allocated[n] / 2**20 / steps, "allocations": count[n] / steps}
+            for n in allocated]
+    return sorted(rows, key=lambda r: -r["allocated_mb"])[:15]
+
+
+def memory_svg(found: dict[str, Any]) -> bytes:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 3.2), dpi=100)
+    ax = fig.subplots()
+    for device, d in found["devices"].items():
+        ax.step(d["t_ms"], d["allocated_mb"], where="post", label=f"{device} (peak {d['peak_mb']:.1f} MB)")
+        ax.plot([d["peak_t_ms"]], [d["peak_mb"]], "v", color="black")
+    for start in found.get("step_starts_ms", []):
+        ax.axvline(start, color="#bbbbbb", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("ms since the first profiled step (dotted: each step's start)")
+    ax.set_ylabel("MB allocated")
+    ax.legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    out = io.BytesIO()
+    fig.savefig(out, format="svg")
+    return out.getvalue()
