@@ -44,6 +44,9 @@ def test_reference_removes_most_of_the_dataloader_wait(solution_check):
     assert ev["original"]["value"] >= 0.95 * lab.workload.batch_size * latency_ms
     assert ev["original"]["details"]["share"] > 2 * ev["learner"]["details"]["share"]
     assert ev["learner"]["value"] <= 0.5 * ev["original"]["value"]
+    if ev["learner"]["value"] <= lab.evidence.more_to_gain_above * ev["original"]["value"]:
+        evidence = next(c for c in report["checks"] if c["name"] == "evidence")
+        assert not any("more to gain" in d for d in evidence["details"])
 
 
 def test_untouched_exercise_fails_on_the_evidence(exercise_check):
@@ -54,7 +57,7 @@ def test_untouched_exercise_fails_on_the_evidence(exercise_check):
                                 "faster": "skipped"}
     evidence = failing(report)
     assert "DataLoader" in evidence["rationale"]
-    assert "Trace view" in evidence["help"]
+    assert "Profile › Overview" in evidence["help"] and "Trace timeline" in evidence["help"]
     assert report["comparison"] is None
 
 

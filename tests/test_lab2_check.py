@@ -77,7 +77,7 @@ def test_untouched_exercise_fails_on_the_evidence(lab2_exercise):
                                 "faster": "skipped"}
     evidence = failing(report)
     assert evidence["rationale"].startswith("row lookups per batch is still")
-    assert "aten::select" in evidence["help"] and "Trace view" in evidence["help"]
+    assert "aten::select" in evidence["help"] and "Profile › Operators" in evidence["help"]
     assert report["comparison"] is None
 
 

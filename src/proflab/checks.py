@@ -703,8 +703,9 @@ def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.
         proof.passed(f"{ev.label}: {format_value(original.value, ev.unit)} → {format_value(learner.value, ev.unit)}",
                      expected, actual, ev.where)
         if ev.more_to_gain_above is not None and learner.value > ev.more_to_gain_above * original.value:
-            proof.details.append(f"passed, with more to gain: {learner.summary} is still more than "
-                                 f"{ev.more_to_gain_above:.0%} of the original's; {ev.where}")
+            proof.details.append(f"more to gain: {ev.label} is still {format_value(learner.value, ev.unit)} "
+                                 f"({learner.summary}), over {ev.more_to_gain_above:.0%} of the original's "
+                                 f"{format_value(original.value, ev.unit)}; look at {ev.where}")
         return True
     proof.failed(f"{ev.label} is still {format_value(learner.value, ev.unit)} "
                  f"(the original: {format_value(original.value, ev.unit)})",
