@@ -48,14 +48,14 @@ def proflab(root: Path, *args: str) -> tuple[float, int, dict | None]:
 
 
 def spread(values: list[float]) -> str:
-    from proflab import stats
+    from proflab.measuring import stats
 
     return (f"median {stats.median(values):.2f}, min–max {min(values):.2f}–{max(values):.2f}, "
             f"IQR {stats.quantile(values, 0.25):.2f}–{stats.quantile(values, 0.75):.2f}")
 
 
 def overhead(lab, file: Path, repeats: int) -> dict[str, list[float]]:
-    from proflab import execute
+    from proflab.running import execute
 
     plain, profiled = [], []
     for i in range(repeats):
@@ -86,7 +86,8 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="proflab-bench-"))
     shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
     os.environ["PROFLAB_ROOT"] = str(root)
-    from proflab import labs, stats
+    from proflab import labs
+    from proflab.measuring import stats
 
     proflab(root, "data")
     print(f"# proflab checker benchmark — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")

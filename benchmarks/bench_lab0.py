@@ -44,7 +44,10 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-lab0-"))
     shutil.copytree(REPO / "labs", root / "labs")
     os.environ["PROFLAB_ROOT"] = str(root)
-    from proflab import checks, execute, labs, stats
+    from proflab.grading import checks
+    from proflab.running import execute
+    from proflab import labs
+    from proflab.measuring import stats
 
     lab = labs.resolve("0", labs.discover(root / "labs"))
     per_step: dict[str, list[float]] = {v: [] for v in VERSIONS}

@@ -132,7 +132,9 @@ def steps_needed(lab_names: list[str], repeats: int) -> dict:
     """
     import math
 
-    from proflab import execute, forkserver, labs, stats
+    from proflab.running import execute, forkserver
+    from proflab import labs
+    from proflab.measuring import stats
 
     rows, figures = [], {}
     with forkserver.session():

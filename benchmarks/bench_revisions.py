@@ -59,7 +59,8 @@ def main() -> None:
     parser.add_argument("--json-out")
     args = parser.parse_args()
 
-    from proflab import labs, paths, stats
+    from proflab import labs, paths
+    from proflab.measuring import stats
 
     scratch = Path(tempfile.mkdtemp(prefix="proflab-base-"))
     base = scratch / "base"

@@ -388,7 +388,7 @@ def main() -> None:
                    cwd=root, env=env, check=False, stdout=subprocess.DEVNULL)
     os.environ["PROFLAB_ROOT"] = str(root)
     sys.path.insert(0, str(REPO / "src"))
-    from proflab import tensorboard
+    from proflab.viewing import tensorboard
     from test_tensorboard import free_port
 
     port = free_port()
@@ -410,7 +410,8 @@ def lab_timeline(lab: str, out: Path) -> None:
     env = {**os.environ, "PROFLAB_ROOT": str(root)}
     os.environ["PROFLAB_ROOT"] = str(root)
     sys.path.insert(0, str(REPO / "src"))
-    from proflab import labs, tensorboard
+    from proflab import labs
+    from proflab.viewing import tensorboard
     from test_tensorboard import free_port
 
     found = labs.resolve(lab)

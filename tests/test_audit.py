@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from proflab.labs import discover
-from proflab.audit import ALLOWANCES, RULES, Finding, audit_file, audit_source
+from proflab.grading.audit import ALLOWANCES, RULES, Finding, audit_file, audit_source
 
 REPO = Path(__file__).resolve().parents[1]
 # Each lab's allowances and extra refusals, as its manifest states them: a new lab is audited here
@@ -109,12 +109,12 @@ REFUSED = [
     ("import torch._dynamo", 1, "private"),
     ("from torch import _C", 1, "private"),
     ("from proflab.labkit.photos import _draw", 1, "private"),
-    ("import proflab.runner", 1, "import"),
+    ("import proflab.running.runner", 1, "import"),
     ("from proflab import checks", 1, "import"),
     ("import proflab", 1, "import"),
     ("from proflab import profile_file", 1, "import"),
     ('if __name__ == "__main__":\n    from proflab import runner', 2, "import"),
-    ('if __name__ == "__main__":\n    import proflab\n    proflab.runner._clock = 0', 3, "patch"),
+    ('if __name__ == "__main__":\n    import proflab\n    proflab.running.runner._clock = 0', 3, "patch"),
     ("from proflab.labkit import photos\nphotos.STORAGE_LATENCY_MS = 0", 2, "patch"),
     ("from proflab.labkit.photos import PhotoDataset\nPhotoDataset.__getitem__ = f", 2, "patch"),
     ("import torch\nt = torch\nt.foo = 1", 3, "patch"),

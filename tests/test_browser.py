@@ -12,7 +12,7 @@ import os
 import pytest
 
 import browser
-from proflab import tensorboard
+from proflab.viewing import tensorboard
 from test_tensorboard import free_port
 
 if not browser.available():

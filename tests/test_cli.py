@@ -137,12 +137,12 @@ def test_kineto_noise_is_recognised_and_real_errors_are_not():
 
 def _runner_processes(root) -> list[str]:
     """Command lines of every live process the kit started for runs under ``root``: the runs (a fresh
-    ``proflab.runner``, or a child of the fork server, whose command line it keeps) and the server."""
+    ``proflab.running.runner``, or a child of the fork server, whose command line it keeps) and the server."""
     found, needle = [], f"PROFLAB_ROOT={root}".encode()
     for proc in Path("/proc").iterdir():
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            if not ("proflab.runner" in cmdline or "proflab.forkserver" in cmdline):
+            if not ("proflab.running.runner" in cmdline or "proflab.running.forkserver" in cmdline):
                 continue
             if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX":
                 continue
@@ -183,6 +183,8 @@ def test_quickstart_prepares_data_grades_the_reference_and_says_where_to_look(fr
     out = proc.stdout
     assert "lab 1 (dataloader): data ready in" in out and "photos" in out
     assert "PASSED · lab 1 (dataloader)" in out
+    assert "checking the lab's reference fix, labs/01_dataloader/solution.py against the original on cpu" in out
+    assert "Your turn:" in out and "proflab check 1" in out
     assert "Traces: runs/01-dataloader/" in out and "proflab tensorboard" in out
     assert list((fresh_kit.root / "runs" / "01-dataloader" / "reference").glob("*.pt.trace.json"))
     assert not (fresh_kit.root / ".proflab" / "progress.json").exists() or \

@@ -135,14 +135,14 @@ def test_closing_the_terminal_or_a_second_ctrl_c_leaves_nothing_running(fresh_ki
     path.write_text(HANGS.replace("MARK", mark))
     proc = start(fresh_kit, "check", "2", "--file", str(path), extra_env=NO_AUDIT)
     try:
-        wait_for(lambda: alive_with(mark) or alive_with("proflab.runner"), 60, "the runner to start")
+        wait_for(lambda: alive_with(mark) or alive_with("proflab.running.runner"), 60, "the runner to start")
         time.sleep(3)  # it is importing the lab file, or sleeping in its first step
         for sig in signals:
             proc.send_signal(sig)
             time.sleep(0.3)
         proc.wait(timeout=30)
         assert proc.returncode == 130, proc.stderr.read()
-        assert wait_gone("proflab.runner") == [] and wait_gone(mark) == []
+        assert wait_gone("proflab.running.runner") == [] and wait_gone(mark) == []
         assert "Traceback" not in proc.stderr.read()
     finally:
         proc.kill()
@@ -337,7 +337,7 @@ def test_a_read_only_state_folder_is_a_clear_kit_error(fresh_kit):
 
 def test_a_tree_that_keeps_forking_into_new_sessions_is_stopped_whole():
     """The kill sequence freezes the tree before it kills it, so forking faster than it is killed does not help."""
-    from proflab import processes
+    from proflab.running import processes
 
     processes.become_subreaper()
     others = processes.children_of_mine()
@@ -380,7 +380,7 @@ def test_a_check_on_an_incomplete_copy_of_the_data_repairs_it_before_any_run(kit
 # --- what the checker reads from the run is read as the learner's -------------------------------
 
 def test_a_result_file_the_run_replaced_is_read_as_a_failed_run(tmp_path):
-    from proflab import execute
+    from proflab.running import execute
 
     good = {"status": "ok", "window_s": 0.1, "device": "cpu", "results": [], "steps_done": 1, "trace": None,
             "torch": "2", "threads": 1}
@@ -404,7 +404,7 @@ def test_a_result_file_the_run_replaced_is_read_as_a_failed_run(tmp_path):
 
 
 def test_a_trace_named_outside_the_runs_own_folder_is_never_read_or_moved(tmp_path):
-    from proflab import execute
+    from proflab.running import execute
 
     elsewhere = tmp_path / "class" / "alice.py"
     elsewhere.parent.mkdir()
@@ -474,7 +474,7 @@ with open("../../.proflab/filler.bin", "wb") as f:
 
 
 def test_the_journal_keeps_the_fingerprint_of_what_was_graded_and_refuses_another_grading(tmp_path):
-    from proflab import checks, journal
+    from proflab.grading import checks, journal
 
     sub = tmp_path / "alice.py"
     sub.write_text("graded version\n")

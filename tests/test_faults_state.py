@@ -404,7 +404,7 @@ def test_terminal_renderers_of_grading_show_no_control_sequences():
     """``grade``'s lines and table (learner names, file names and reasons come from a class folder)."""
     from rich.console import Console
 
-    from proflab import grade_formats, report
+    from proflab.reporting import grade_formats, report
 
     console = Console(record=True, width=200, force_terminal=False)
     console.print(report.shown("\x1b]0;x\x07name\x9b2J"))
@@ -419,7 +419,9 @@ def test_report_and_grading_render_learner_text_without_control_sequences(monkey
     from rich.console import Console
 
     from conftest import REPO
-    from proflab import checks, grade, grade_formats, labs, report
+    from proflab.grading import checks, grade
+    from proflab.reporting import grade_formats, report
+    from proflab import labs
 
     monkeypatch.setenv("PROFLAB_ROOT", str(REPO))
     bad = "\x1b]0;pwned-title\x07\x1b[2J\x9b31m\x1bcVISIBLE\x07\x08"

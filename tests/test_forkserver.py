@@ -1,7 +1,7 @@
 """Runs forked from the server that imported torch once: each one still a fresh process for its lab file.
 
 A probe file reports, from inside its run, what a fresh ``python -m
-proflab.runner`` would have: a session and group of its own, the run's folder
+proflab.running.runner`` would have: a session and group of its own, the run's folder
 and environment, nothing open but its streams and the mark pipe, and nothing
 left behind by the run before it. Then the server is attacked from a run
 (killed, stopped) and the check goes on with a new one; a server that cannot
@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from proflab import checks, execute, forkserver, labs
+from proflab.grading import checks
+from proflab.running import execute, forkserver
+from proflab import labs
 
 CALIBRATION = Path(__file__).resolve().parent / "calibration"
 
@@ -162,7 +164,7 @@ def test_the_server_imports_what_the_lab_files_import(lab):
 
 
 def test_a_grading_imports_torch_once_per_lab_for_the_whole_class(lab, tmp_path, started):
-    from proflab import grade
+    from proflab.grading import grade
 
     faster = (CALIBRATION / "original.py").read_text().replace("cfg.step_ms / 1000", "cfg.step_ms / 2000")
     for learner in ("alice", "bob"):
@@ -198,7 +200,7 @@ def test_a_server_whose_checker_is_killed_exits(lab):
     import sys
     import time
 
-    script = ("import sys, time\nfrom proflab import execute, forkserver, labs\n"
+    script = ("import sys, time\nfrom proflab import labs\nfrom proflab.running import execute, forkserver\n"
               "lab = labs.load(sys.argv[1])\nwith forkserver.session():\n"
               "    execute.warm(lab, ('torch',))\n    print('started', flush=True)\n    time.sleep(120)\n")
     checker = subprocess.Popen([sys.executable, "-c", script, str(lab.folder)], stdout=subprocess.PIPE, text=True)
@@ -212,7 +214,7 @@ def test_a_server_whose_checker_is_killed_exits(lab):
                 state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
-            if b"proflab.forkserver" not in command or state in "ZX":
+            if b"proflab.running.forkserver" not in command or state in "ZX":
                 continue
             try:
                 mine = os.environ["PROFLAB_TEST_MARK"].encode() in Path(f"/proc/{entry}/environ").read_bytes()

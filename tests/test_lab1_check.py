@@ -80,6 +80,9 @@ def test_a_file_that_does_not_parse(fresh_kit):
     assert "does not parse" in runs["rationale"]
     assert "lab1_syntax_error.py, line" in runs["rationale"]
     assert "SyntaxError" in runs["actual"]
+    # In the terminal, a file refused before it ran names no device it never ran on.
+    shown = fresh_kit.run("check", "1", "--file", str(LEARNER_FILES / "lab1_syntax_error.py"))
+    assert shown.returncode == 1 and "against the original" in shown.stdout and "on ?" not in shown.stdout
 
 
 def test_a_file_that_raises_names_the_line(fresh_kit):

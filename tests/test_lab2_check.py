@@ -110,7 +110,7 @@ def test_the_metric_counts_outermost_lookups_and_host_to_device_copies(tmp_path)
     """A hand-made CUDA trace: nested lookups count once, HtoD copies count, DtoH ones do not."""
     import json
 
-    from proflab import evidence
+    from proflab.measuring import evidence
 
     def op(name, ts, dur, cat="cpu_op", tid=1):
         return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": tid}

@@ -83,7 +83,7 @@ def test_op_count_counts_outermost_non_view_aten_ops(tmp_path):
     """A hand-made CPU trace: nested ops count once, views do not count, nor do ops outside the steps."""
     import json
 
-    from proflab import evidence
+    from proflab.measuring import evidence
 
     def op(name, ts, dur, cat="cpu_op", tid=1):
         return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
@@ -110,7 +110,7 @@ def test_op_count_on_cuda_counts_kernel_launches_inside_steps(tmp_path):
     """On a CUDA trace: the host's launches in each step, not the kernels (they run later, past the step)."""
     import json
 
-    from proflab import evidence
+    from proflab.measuring import evidence
 
     def ev(name, ts, dur, cat, tid=1):
         return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": tid}

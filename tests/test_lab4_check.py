@@ -72,7 +72,7 @@ def _ev(name, ts, dur, cat, tid=1):
 
 
 def test_host_syncs_on_cpu_counts_item_and_tolist_reads(tmp_path):
-    from proflab import evidence
+    from proflab.measuring import evidence
 
     events = [
         _ev("ProfilerStep#1", 0, 100, "user_annotation"),
@@ -92,7 +92,7 @@ def test_host_syncs_on_cpu_counts_item_and_tolist_reads(tmp_path):
 
 
 def test_host_syncs_on_cuda_counts_the_calls_that_wait(tmp_path):
-    from proflab import evidence
+    from proflab.measuring import evidence
 
     events = [
         _ev("ProfilerStep#1", 0, 100, "user_annotation"),
@@ -108,3 +108,10 @@ def test_host_syncs_on_cuda_counts_the_calls_that_wait(tmp_path):
     assert m.details["cudaStreamSynchronize"] == 0.5 and m.details["cudaDeviceSynchronize"] == 0.5
     assert m.details["dtoh_copies_per_step"] == 0.5
     assert "device-to-host copies" in m.summary
+
+
+def test_run_prints_the_host_reads_the_table_may_leave_out(fresh_kit):
+    proc = fresh_kit.run("run", "4", "--device", "cpu")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("Host reads per profiled step:"))
+    assert "round trips per step" in line and "item()" in line and "Profile › Operators" in line

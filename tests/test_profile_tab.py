@@ -24,7 +24,7 @@ import pytest
 
 import browser
 from conftest import explain, sharing_data
-from proflab import tensorboard
+from proflab.viewing import tensorboard
 from test_tensorboard import free_port
 
 PLUGIN = "/data/plugin/proflab_profile"
@@ -93,6 +93,11 @@ def test_the_tab_is_listed_and_serves_every_run(board):
     listed = get(board, "/runs")
     for slug in LABS.values():
         assert {f"{slug}/original", f"{slug}/reference"} <= set(listed)
+
+
+def test_the_tab_opens_on_the_newest_run_when_no_last_run_is_recorded(board):
+    # No progress file names a run of this log folder: the newest trace's run is opened first.
+    assert get(board, "/open")["run"] == "memory/03-original"
 
 
 def test_lab1_overview_names_the_dataloader_and_what_to_try(board):

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from proflab import stats
+from proflab.measuring import stats
 
 
 def test_median_odd_and_even():

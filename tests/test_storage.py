@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from proflab import storage
+from proflab.running import storage
 from proflab.labkit import storage_client
-from proflab.storage import StorageService
+from proflab.running.storage import StorageService
 
 FILES = {"a.txt": b"alpha\n", "b.bin": bytes(range(256)) * 40, "sub/c.txt": "gamma \u00e9\n".encode()}
 

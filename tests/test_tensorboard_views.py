@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 
 from conftest import explain
-from proflab import tensorboard
+from proflab.viewing import tensorboard
 from test_tensorboard import free_port
 
 RUNS = {"original": "01-dataloader/original", "learner": "01-dataloader/reference"}

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from proflab import evidence, labs
+from proflab.measuring import evidence
+from proflab import labs
 
 
 def test_both_traces_are_written_under_names_that_say_which_is_which(kit, solution_check):

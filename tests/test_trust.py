@@ -26,7 +26,7 @@ import pytest
 from conftest import CHECK_NAMES, LEARNER_FILES, REPO, explain, statuses
 
 from proflab import labs
-from proflab.audit import audit_file
+from proflab.grading.audit import audit_file
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
 
@@ -172,7 +172,7 @@ def test_decoy_operators_on_tiny_inputs_do_not_make_the_work(fresh_kit, name):
 def test_the_work_floor_counts_products_by_size_and_sparse_ones_not_at_all(tmp_path):
     import json
 
-    from proflab import evidence
+    from proflab.measuring import evidence
 
     def op(name, dims, strides, ts):
         return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": 1, "pid": 1, "tid": 1,

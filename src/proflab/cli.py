@@ -31,7 +31,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__, checks, errors, execute, labs, paths, processes, progress, report, summaries, tensorboard, traces
+from . import __version__, errors, labs, paths, progress
+from .grading import checks
+from .running import execute, processes
+from .reporting import report, summaries
+from .viewing import tensorboard
+from .measuring import traces
 
 USAGE_ERROR = 2
 out = Console(highlight=False)
@@ -224,7 +229,7 @@ def cmd_run(args) -> int:
 
 def _host_reads(trace_path: str) -> None:
     """One line under the table for what its first rows may leave out: the host reads per step."""
-    from . import evidence
+    from .measuring import evidence
 
     try:
         reads = evidence.host_syncs(evidence.load(trace_path))
@@ -425,7 +430,7 @@ def _what_to_open(logdir: Path) -> list[str]:
     folder that cannot be read, a trace deleted meanwhile) never stops the
     server: a generic line is shown instead.
     """
-    from . import timeline
+    from .viewing import timeline
 
     tabs = ["  [bold]Trace timeline[/] tab: the same run as a timeline, step by step",
             f"  Scalars › {summaries.STEP_TIME}/<lab> · Text › {summaries.REPORT} · Images › {summaries.WHERE}",
@@ -468,7 +473,8 @@ def cmd_data(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from . import grade, grade_formats
+    from .grading import grade
+    from .reporting import grade_formats
 
     try:
         known = labs.discover()
@@ -490,7 +496,7 @@ def cmd_grade(args) -> int:
         failed = grade_formats.write(args.format, nothing, args.out, args.json_out)
         _say(err, grade_formats.summary(nothing, *(p if p not in failed else None for p in (args.out, args.json_out))))
         raise UsageError(f"nothing to grade in {args.folder}: no file there names a lab")
-    from .journal import Journal, JournalError, location
+    from .grading.journal import Journal, JournalError, location
 
     where = location(Path(args.folder), args.out, args.json_out)
     header = {"folder": str(Path(args.folder).resolve()), "lab": only.number if only else None,
@@ -542,8 +548,9 @@ def cmd_quickstart(args) -> int:
         return KIT_ERROR  # what is wrong with the data is printed above
     args.lab, args.file = "1", str(lab.solution)
     code = cmd_check(args)
-    out.print(f"\nNext: [bold]proflab list[/], then [bold]proflab run 1[/] and [bold]proflab check 1[/] "
-              f"on your own fix in {escape(paths.display(lab.exercise))}.")
+    out.print(f"\nThat was the lab's reference fix, graded to show what a pass looks like. Your turn: "
+              f"[bold]proflab list[/] shows every lab; for this one, [bold]proflab run 1[/], then your own fix in "
+              f"{escape(paths.display(lab.exercise))} and [bold]proflab check 1[/].")
     return code
 
 

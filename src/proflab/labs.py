@@ -185,7 +185,7 @@ class Storage:
 @dataclass(frozen=True)
 class Audit:
     """What the source audit allows in this lab's files beyond the default (``[audit] allow``),
-    and what it refuses beyond it (``[audit] refuse``); names from ``proflab.audit``."""
+    and what it refuses beyond it (``[audit] refuse``); names from ``proflab.grading.audit``."""
 
     allow: tuple[str, ...] = ()
     refuse: tuple[str, ...] = ()
@@ -213,7 +213,7 @@ class Answer:
 
     key: str
     question: str
-    metric: str  # a name in proflab.answers.METRICS
+    metric: str  # a name in proflab.measuring.answers.METRICS
     where: str
     tolerance: float = 0.0
 
@@ -399,7 +399,7 @@ _PROFILE: Spec = {"labels": (_TEXTS, True), "max_steps": (_integer(1), True), "w
 
 
 def _answer_spec() -> Spec:
-    from .answers import METRICS  # no torch
+    from .measuring.answers import METRICS  # no torch
 
     metric = _Kind(f"one of the checker's answer metrics ({', '.join(sorted(METRICS))})",
                    lambda v: isinstance(v, str) and v in METRICS)
@@ -409,7 +409,7 @@ _STORAGE: Spec = {"folder": (_FOLDER, True), "latency_ms": (_POSITIVE, True)}
 
 
 def _evidence_spec() -> Spec:
-    from .evidence import METRICS  # the checker's registry; evidence imports no torch
+    from .measuring.evidence import METRICS  # the checker's registry; evidence imports no torch
 
     metric = _Kind(f"one of the checker's evidence metrics ({', '.join(sorted(METRICS))})",
                    lambda v: isinstance(v, str) and v in METRICS)
@@ -427,7 +427,7 @@ def _evidence_spec() -> Spec:
 
 
 def _audit_spec() -> Spec:
-    from .audit import ALLOWANCES, RESTRICTIONS  # no torch either
+    from .grading.audit import ALLOWANCES, RESTRICTIONS  # no torch either
 
     return {"allow": (_names(ALLOWANCES, "allowance names"), False),
             "refuse": (_names(RESTRICTIONS, "restriction names"), False)}

@@ -53,7 +53,7 @@ if _atomic is not None:
         _atomic.write_text(path, _dumps(_shrunk(data), indent=2, sort_keys=False) + "\n")
 
     _atomic.write_json = _write_json_shrunk
-    for _name in ("__main__", "proflab.runner"):  # a module-level copy of the name, if the runner keeps one
+    for _name in ("__main__", "proflab.running.runner"):  # a module-level copy of the name, if the runner keeps one
         _runner = sys.modules.get(_name)
         if _runner is not None and getattr(_runner, "write_json", None) is _write_json:
             _runner.write_json = _atomic.write_json

@@ -3,12 +3,12 @@
     .venv/bin/python tests/learner_files/verify_results.py LAB FILE [FILE ...] [--steps N]
 
 Imports the lab's original.py and each FILE by path, builds the cfg the kit's
-runner builds (``proflab.runner.run``: the device, the batch size, the seed,
+runner builds (``proflab.running.runner.run``: the device, the batch size, the seed,
 the data folder and the lab's ``[workload.params]``), sets the lab's thread
 count, and runs the two pipelines side by side for N steps (by default every
 step the checker takes: warm-up, timed and profiled). Every yielded value is
 kept and encoded as the runner keeps and encodes it, then compared with the
-lab's ``[results]`` tolerances by ``proflab.compare``. One line per file: OK,
+lab's ``[results]`` tolerances by ``proflab.grading.compare``. One line per file: OK,
 or the first difference.
 
 No timing, no profiler, no storage service: with ``PROFLAB_STORAGE`` unset,
@@ -47,8 +47,8 @@ def make_cfg(lab, torch):
 def verify(lab, file: Path, steps: int, index: int) -> tuple[bool, str]:
     import torch
 
-    from proflab.compare import compare
-    from proflab.runner import _encode, _keep  # the runner's own way to keep and encode a step
+    from proflab.grading.compare import compare
+    from proflab.running.runner import _encode, _keep  # the runner's own way to keep and encode a step
 
     original = load(lab.original, f"verify_original_{index}")
     try:

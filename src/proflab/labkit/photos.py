@@ -8,7 +8,7 @@ alone, so every sample comes out the same whichever process loads it: the
 number of DataLoader workers changes the speed, never the data.
 
 Storage: in every run the kit starts, the photos come from the kit's storage
-service (:mod:`proflab.storage`), whose address is in the environment
+service (:mod:`proflab.running.storage`), whose address is in the environment
 variable ``PROFLAB_STORAGE``. The service answers each read after its latency
 (the lab's setting, 8 ms) and keeps a log of the reads, so the kit knows each
 sample really came from storage. Outside the kit (``PROFLAB_STORAGE`` not

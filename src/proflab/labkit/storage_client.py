@@ -1,4 +1,4 @@
-"""Reading files from the kit's storage service (:mod:`proflab.storage`).
+"""Reading files from the kit's storage service (:mod:`proflab.running.storage`).
 
 The kit serves lab data from its own process and puts the service's address
 in the environment variable ``PROFLAB_STORAGE`` for every run. :func:`read`
@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 
-from ..storage import BAD_REQUEST, ENV_VAR, HEADER, NOT_FOUND, OK, REFUSED
+from ..running.storage import BAD_REQUEST, ENV_VAR, HEADER, NOT_FOUND, OK, REFUSED
 
 TIMEOUT_S = 60.0  # a reply slower than this means the service is stuck
 

@@ -28,7 +28,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from . import paths, processes, quiet
+from .. import paths, quiet
+from ..running import processes
 
 # How long each polite signal is given before the next, harder one: the server can shut down; helpers
 # it left behind when it died have nothing to finish.

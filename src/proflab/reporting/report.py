@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import paths
-from .checks import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Report
-from .quiet import printable
+from .. import paths
+from ..grading.checks import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Report
+from ..quiet import printable
 
 _MARK = {PASSED: "[green]✓[/]", FAILED: "[red]✗[/]", INCONCLUSIVE: "[yellow]?[/]", SKIPPED: "[dim]–[/]"}
 
@@ -51,7 +51,7 @@ def busy_note(report: Report) -> str:
 
 def to_markdown(report: Report) -> str:
     """The report as Markdown, for TensorBoard's Text dashboard."""
-    from .breakdown import HOST_PARTS, LABELS
+    from ..measuring.breakdown import HOST_PARTS, LABELS
 
     verdict = {PASSED: "PASSED", FAILED: "FAILED", INCONCLUSIVE: "INCONCLUSIVE"}.get(report.verdict, "NOT GRADED")
     lines = [f"## Lab {report.number} · {report.title}: {verdict}", "",

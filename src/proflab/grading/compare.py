@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .labs import ResultRule
+from ..labs import ResultRule
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__, atomic, paths
+from .. import __version__, atomic, paths
 from . import report as check_report
-from .checks import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Check, Report
-from .grade import Found, Graded, Result, Submission
-from .quiet import printable
+from ..grading.checks import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Check, Report
+from ..grading.grade import Found, Graded, Result, Submission
+from ..quiet import printable
 
 FORMATS = ("json", "junit", "gradescope")
 NOT_GRADED = "error"  # the verdict of a report the kit could not grade

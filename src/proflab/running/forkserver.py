@@ -7,7 +7,7 @@ kit's runner, once, then waits. For every run it forks a child, which is
 the run's process: a session and process group of its own, its own standard
 streams (the run's output files), the run's working folder, environment and
 ``sys.argv``, and nothing open but the checker's mark pipe. The child runs
-``proflab.runner`` exactly as ``python -m proflab.runner SPEC`` would, and
+``proflab.running.runner`` exactly as ``python -m proflab.running.runner SPEC`` would, and
 the server reports its exit status.
 
 What keeps this as sound as a fresh process per run:
@@ -51,7 +51,7 @@ ANSWER_TIMEOUT_S = 10.0  # a fork, once asked for
 
 # What every server imports before it forks its first child: torch, and what the runner needs; a run
 # asks for more (``execute.preload_for``: what the lab's files import).
-PRELOAD = ("torch", "torch.profiler", "proflab.runner", "proflab.atomic", "proflab.labs", "proflab.quiet")
+PRELOAD = ("torch", "torch.profiler", "proflab.running.runner", "proflab.atomic", "proflab.labs", "proflab.quiet")
 
 
 class ServerError(RuntimeError):
@@ -116,7 +116,7 @@ class Child:
         while self.returncode is None:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired("proflab.runner", timeout)
+                raise subprocess.TimeoutExpired("proflab.running.runner", timeout)
             self.returncode = self._status(0.5 if left is None else min(left, 0.5))
         return self.returncode
 
@@ -152,7 +152,7 @@ class Server:
         flags = ["-P"] if sys.version_info >= (3, 11) else []
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, *flags, "-m", "proflab.forkserver", str(theirs.fileno()),
+                [sys.executable, *flags, "-m", "proflab.running.forkserver", str(theirs.fileno()),
                  json.dumps(list(PRELOAD) + [m for m in self.preload if m not in PRELOAD])],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log, env=env, cwd=self.home,
                 start_new_session=True, pass_fds=(theirs.fileno(),))
@@ -267,7 +267,7 @@ class Server:
         if self.proc.poll() is None:
             try:
                 if self.ready is None:  # still importing: nothing to wait for
-                    raise subprocess.TimeoutExpired("proflab.forkserver", 0)
+                    raise subprocess.TimeoutExpired("proflab.running.forkserver", 0)
                 self.proc.wait(timeout=2)  # it exits when its socket closes
             except subprocess.TimeoutExpired:
                 self.proc.kill()
@@ -414,7 +414,7 @@ def _cuda_driver_loaded() -> bool:
 
 
 def _child(request: dict, fds: list[int], sock: socket.socket) -> None:
-    """The run's process: set up as ``python -m proflab.runner SPEC`` would be, then run it."""
+    """The run's process: set up as ``python -m proflab.running.runner SPEC`` would be, then run it."""
     code = 1
     try:
         os.setsid()
@@ -433,7 +433,7 @@ def _child(request: dict, fds: list[int], sock: socket.socket) -> None:
         import random
 
         random.seed()  # a fresh process's Python RNG, not the server's
-        import proflab.runner as runner
+        import proflab.running.runner as runner
 
         sys.argv = [runner.__file__, request["spec"]]
         sys.path.insert(0, request["cwd"])  # as ``python -m`` puts the folder it runs in first

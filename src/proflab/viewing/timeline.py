@@ -50,7 +50,7 @@ def recommended_run(logdir: Path) -> str | None:
     """The run a learner should open first: the one they made last (the kit's progress file says which),
     else the newest trace's; None when there is none. Odd state (a progress file of another shape, a
     trace deleted meanwhile) falls back, never raises for it."""
-    from . import progress
+    from .. import progress
 
     last = progress.last_run()
     if isinstance(last, dict) and all(isinstance(last.get(key), str) and last[key] for key in ("lab", "run")) \

@@ -32,7 +32,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from . import checks, forkserver, labs, paths, processes
+from . import checks
+from ..running import forkserver, processes
+from .. import labs, paths
 
 if TYPE_CHECKING:
     from .journal import Journal
@@ -271,7 +273,7 @@ def score(report: checks.Report, grading: labs.Grading) -> list[Points]:
 
 def prepare_data(found: Found) -> None:
     """Prepare the data of every lab to grade, before the first timed run."""
-    from .labkit import prepare
+    from ..labkit import prepare
 
     done = set()
     for sub in found.submissions:

@@ -1,7 +1,7 @@
 """Where a lab file is run: one fresh process per run, with a time limit.
 
 The process is forked from a server that imported torch once (``forkserver``;
-a fresh ``python -m proflab.runner`` where no server can be used). It gets a
+a fresh ``python -m proflab.running.runner`` where no server can be used). It gets a
 session and process group of its own, and is followed as a tree, so a
 timeout, a Ctrl-C or too much memory stops it together with every DataLoader
 worker it started. Its output is captured in files (a program that prints a
@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import errors, forkserver, labs, paths, processes, quiet, storage
+from .. import errors, labs, paths, quiet
+from . import forkserver, processes, storage
 
 OUTPUT_TAIL_CHARS = 4000
 POLL_S = 0.25  # how often a running lab's memory is looked at
@@ -99,14 +100,14 @@ def _tail(path: Path, keep: int = OUTPUT_TAIL_CHARS) -> str:
 
 
 # Runs are forked from a server that has imported torch once (``forkserver``); False: each run is a
-# fresh ``python -m proflab.runner`` (as it is anyway where the server cannot be used).
+# fresh ``python -m proflab.running.runner`` (as it is anyway where the server cannot be used).
 FORK = True
 
 
 def _start(server, scratch: Path, spec: dict[str, Any], env: dict[str, str], workdir: Path, out, err,
            mark_fd: int):
     """The run's first process: forked by ``server``, or (with no server, or one that fails to fork)
-    a fresh ``python -m proflab.runner SPEC``."""
+    a fresh ``python -m proflab.running.runner SPEC``."""
     if server is not None:
         try:
             return server.spawn(scratch / "spec.json", workdir, env, out.fileno(), err.fileno(), mark_fd)
@@ -114,7 +115,7 @@ def _start(server, scratch: Path, spec: dict[str, Any], env: dict[str, str], wor
             spec["mark_fd"] = mark_fd
             (scratch / "spec.json").write_text(json.dumps(spec))
     return subprocess.Popen(
-        [sys.executable, "-m", "proflab.runner", str(scratch / "spec.json")],
+        [sys.executable, "-m", "proflab.running.runner", str(scratch / "spec.json")],
         stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=workdir, env=env,
         start_new_session=True, pass_fds=(mark_fd,),
     )
@@ -273,7 +274,7 @@ def preload_for(*files: Path) -> tuple[str, ...]:
                     names.add(name)
                 elif name.startswith("proflab.labkit"):
                     names.add(name)
-                    module = Path(__file__).resolve().parent / Path(*name.split(".")[1:])
+                    module = Path(__file__).resolve().parents[1] / Path(*name.split(".")[1:])
                     todo += [module.with_suffix(".py"), module / "__init__.py"]
     if any(_mentions(Path(f), "compile", "optim") for f in files):
         names.add("torch._dynamo")
@@ -580,8 +581,8 @@ def _take_trace(outcome: Outcome, trace_dir: str | None) -> None:
     import gzip
     import hashlib
 
-    from . import evidence
-    from .traces import fix_for_plugin, parse
+    from ..measuring import evidence
+    from ..measuring.traces import fix_for_plugin, parse
 
     path = Path(outcome.result["trace"])
     raw = None
@@ -620,8 +621,8 @@ def _take_learner_trace(outcome: Outcome, folder: Path) -> None:
     """
     import gzip
 
-    from . import evidence
-    from .traces import fix_for_plugin, parse
+    from ..measuring import evidence
+    from ..measuring.traces import fix_for_plugin, parse
 
     found = sorted(p for p in folder.glob("*.pt.trace.json*") if p.is_file() and not p.is_symlink()) \
         if folder.is_dir() else []

@@ -28,8 +28,11 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from . import breakdown, compare, errors, evidence, execute, forkserver, labs, paths, stats, traces
-from .labs import format_value
+from ..measuring import breakdown, evidence, stats, traces
+from . import compare
+from .. import errors, labs, paths
+from ..running import execute, forkserver
+from ..labs import format_value
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 INCONCLUSIVE = "inconclusive"  # too noisy to call either way: neither a pass nor a fail
@@ -302,7 +305,7 @@ def _prepare_data(lab: labs.Lab) -> Path | None:
     """The lab's data, verified by content (and rebuilt if a copy is incomplete), before any run."""
     if not lab.data:
         return None
-    from .labkit import DataError, prepare
+    from ..labkit import DataError, prepare
 
     try:
         return Path(prepare(lab.data, paths.data_dir()))
@@ -716,7 +719,7 @@ def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.
 def _own_profile(lab: labs.Lab, report: Report, proof: Check, run: execute.Outcome,
                  loaded: dict[str, evidence.Trace]) -> bool:
     """Lab 0: the trace the learner's own profiler wrote, and the answers they read from it."""
-    from . import answers
+    from ..measuring import answers
 
     prof, r = lab.profiling, run.result
     found, trace = r.get("traces_found", 0), loaded.get("learner")

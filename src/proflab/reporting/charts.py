@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from .breakdown import HOST_PARTS, LABELS, Breakdown  # noqa: E402
+from ..measuring.breakdown import HOST_PARTS, LABELS, Breakdown  # noqa: E402
 
 COLORS = {"DataLoader wait": "#d62728", "syncs": "#9467bd", "CPU ops": "#1f77b4", "other": "#c7c7c7",
           "device busy": "#2ca02c"}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__, paths
+from .. import __version__, paths
 from .checks import Report
 
 FORMAT = 1

@@ -17,9 +17,9 @@ import io
 import time
 from pathlib import Path
 
-from . import labs
-from .breakdown import Breakdown
-from .checks import Report, trace_dir
+from .. import labs
+from ..measuring.breakdown import Breakdown
+from ..grading.checks import Report, trace_dir
 
 STEP_TIME = "step_time_ms"
 REPORT = "checker_report"

@@ -1,6 +1,6 @@
 """What runs inside each fresh process: one lab file, driven step by step.
 
-Each run is ``python -m proflab.runner SPEC.json``, or the same forked from
+Each run is ``python -m proflab.running.runner SPEC.json``, or the same forked from
 the kit's fork server (``forkserver``), which has imported torch already. This
 module imports the lab file, calls its ``pipeline(cfg)`` generator, and pulls
 one training step at a time from it:
@@ -243,7 +243,7 @@ def _resolve_device(requested: str, torch):
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
-    from . import quiet
+    from .. import quiet
 
     quiet.silence_known_warnings()
     import torch
@@ -362,7 +362,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 # Before any more of the lab file runs (its generator's finally, below): the
                 # checker then knows the trace as the profiler wrote it, and prepares it for
                 # TensorBoard itself, outside this process.
-                from .labs import sha256
+                from ..labs import sha256
 
                 mark(b"H" + sha256(Path(trace)).encode())
             if spec.get("table"):
@@ -437,7 +437,7 @@ def _activities(device, ProfilerActivity):
 
 
 def main(argv: list[str]) -> int:
-    from .atomic import write_json
+    from ..atomic import write_json
 
     spec = json.loads(Path(argv[0]).read_text())
     try:

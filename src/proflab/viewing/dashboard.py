@@ -32,7 +32,7 @@ from typing import Any
 from tensorboard.plugins import base_plugin
 from werkzeug import Request, Response, wrappers
 
-from . import breakdown, evidence, operators
+from ..measuring import breakdown, evidence, operators
 from .timeline import newest_traces, open_route
 
 STATIC = Path(__file__).resolve().parent / "dashboard_static"

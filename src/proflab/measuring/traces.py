@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_text
+from ..atomic import write_text
 
 PLUGIN_CATEGORY = "cpu_op"
 
