@@ -24,7 +24,7 @@ import pytest
 
 import browser
 from conftest import explain, sharing_data
-from proflab.viewing import tensorboard
+from proflab.viewing import tensorboard, timeline
 from test_tensorboard import free_port
 
 PLUGIN = "/data/plugin/proflab_profile"
@@ -54,14 +54,22 @@ def runs(kit, tmp_path_factory, solution_check, lab2_solution, lab3_solution, la
     memory = own.run("run", "3", "--version", "original", "--profile-memory", "--device", "cpu")
     assert memory.returncode == 0, memory.stdout + memory.stderr
     shutil.copytree(own.root / "runs" / LABS[3] / "original", logdir / "memory" / "03-original")
-    return {"logdir": logdir, "table_printed": table.stdout,
+    return {"logdir": logdir, "table_printed": table.stdout, "kit": own,
             "reports": {1: solution_check[1], 2: lab2_solution[1], 3: lab3_solution[1], 4: lab4_solution[1]}}
 
 
 @pytest.fixture(scope="module")
 def board(runs):
     port = free_port()
-    proc = tensorboard.start(runs["logdir"], port=port)
+    before = os.environ.get("PROFLAB_ROOT")
+    os.environ["PROFLAB_ROOT"] = str(runs["kit"].root)  # the kit whose last run the tabs open first
+    try:
+        proc = tensorboard.start(runs["logdir"], port=port)
+    finally:
+        if before is None:
+            del os.environ["PROFLAB_ROOT"]
+        else:
+            os.environ["PROFLAB_ROOT"] = before
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -95,9 +103,16 @@ def test_the_tab_is_listed_and_serves_every_run(board):
         assert {f"{slug}/original", f"{slug}/reference"} <= set(listed)
 
 
-def test_the_tab_opens_on_the_newest_run_when_no_last_run_is_recorded(board):
-    # No progress file names a run of this log folder: the newest trace's run is opened first.
-    assert get(board, "/open")["run"] == "memory/03-original"
+def test_the_tabs_open_on_the_learners_last_run(board):
+    # The kit's last run was `proflab run 3 --version original`: the run 03-fusion/original.
+    assert get(board, "/open")["run"] == f"{LABS[3]}/original"
+    with urllib.request.urlopen(board + "/data/plugin/proflab_timeline/open", timeout=30) as response:
+        assert json.loads(response.read())["run"] == f"{LABS[3]}/original"
+
+
+def test_without_a_last_run_the_newest_trace_is_opened(runs, tmp_path, monkeypatch):
+    monkeypatch.setenv("PROFLAB_ROOT", str(tmp_path))  # a kit with no progress file
+    assert timeline.recommended_run(runs["logdir"]) == "memory/03-original"  # written last
 
 
 def test_lab1_overview_names_the_dataloader_and_what_to_try(board):

@@ -33,7 +33,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import Request, Response, wrappers
 
 from ..measuring import breakdown, evidence, operators
-from .timeline import newest_traces, open_route
+from .timeline import OfflineTab, open_route
 
 STATIC = Path(__file__).resolve().parent / "dashboard_static"
 CACHED_TRACES = 3  # a trace of thousands of tiny operators holds hundreds of MB once parsed
@@ -57,19 +57,15 @@ DEVICE_IDLE_ADVICE = ("The device is busy only {busy:.0%} of each step: it waits
                       "parts above, and at what launches the kernels.")
 
 
-class ProfilePlugin(base_plugin.TBPlugin):
+class ProfilePlugin(OfflineTab):
     plugin_name = "proflab_profile"
+    TAB_NAME = "Profile"
+    STATIC = STATIC
 
     def __init__(self, context: base_plugin.TBContext):
-        self.logdir = Path(context.logdir).resolve() if context.logdir else None
+        super().__init__(context)
         self._cache: OrderedDict[tuple[str, float], evidence.Trace] = OrderedDict()
         self._lock = threading.Lock()
-
-    def frontend_metadata(self):
-        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Profile", disable_reload=True)
-
-    def is_active(self) -> bool:
-        return bool(self._runs())
 
     def get_plugin_apps(self):
         return {
@@ -88,9 +84,6 @@ class ProfilePlugin(base_plugin.TBPlugin):
             "/memory.svg": self._memory_svg,
         }
 
-    def _runs(self) -> dict[str, Path]:
-        return newest_traces(self.logdir)
-
     def _trace(self, run: str) -> evidence.Trace:
         path = self._runs().get(run)
         if path is None:  # only traces found under the log folder are ever read
@@ -106,14 +99,6 @@ class ProfilePlugin(base_plugin.TBPlugin):
             while len(self._cache) > CACHED_TRACES:
                 self._cache.popitem(last=False)
         return trace
-
-    @staticmethod
-    def _static(name: str, content_type: str):
-        @wrappers.Request.application
-        def serve(request: Request) -> Response:
-            return Response((STATIC / name).read_bytes(), content_type=content_type)
-
-        return serve
 
     @staticmethod
     def _json(answer):

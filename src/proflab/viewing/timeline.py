@@ -81,18 +81,37 @@ def open_route(logdir: Path | None):
     return serve
 
 
-class TimelinePlugin(base_plugin.TBPlugin):
-    plugin_name = "proflab_timeline"
+class OfflineTab(base_plugin.TBPlugin):
+    """What the kit's tabs share: a page of their own (``STATIC``), and the runs under the log folder."""
+
+    TAB_NAME = ""
+    STATIC = STATIC
 
     def __init__(self, context: base_plugin.TBContext):
         self.logdir = Path(context.logdir).resolve() if context.logdir else None
 
     def frontend_metadata(self):
-        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Trace timeline",
-                                            disable_reload=True)
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name=self.TAB_NAME, disable_reload=True)
 
     def is_active(self) -> bool:
         return bool(self._runs())
+
+    def _runs(self) -> dict[str, Path]:
+        return newest_traces(self.logdir)
+
+    def _static(self, name: str, content_type: str):
+        folder = self.STATIC
+
+        @wrappers.Request.application
+        def serve(request: Request) -> Response:
+            return Response((folder / name).read_bytes(), content_type=content_type)
+
+        return serve
+
+
+class TimelinePlugin(OfflineTab):
+    plugin_name = "proflab_timeline"
+    TAB_NAME = "Trace timeline"
 
     def get_plugin_apps(self):
         return {
@@ -104,17 +123,6 @@ class TimelinePlugin(base_plugin.TBPlugin):
             "/open": open_route(self.logdir),
             "/trace": self._trace_route,
         }
-
-    def _runs(self) -> dict[str, Path]:
-        return newest_traces(self.logdir)
-
-    @staticmethod
-    def _static(name: str, content_type: str):
-        @wrappers.Request.application
-        def serve(request: Request) -> Response:
-            return Response((STATIC / name).read_bytes(), content_type=content_type)
-
-        return serve
 
     @wrappers.Request.application
     def _viewer(self, request: Request) -> Response:
