@@ -210,6 +210,10 @@ def test_each_view_draws_offline(driver, board, lab):
         dataloader = driver.execute_script(
             "return document.querySelector('#parts tr[data-part=\"DataLoader wait\"]').innerText")
         assert int(dataloader.split()[-1].rstrip("%")) >= 40 and "num_workers" in text
+        page(driver, board, "overview", run=f"{slug}/reference")
+        dataloader = driver.execute_script(
+            "return document.querySelector('#parts tr[data-part=\"DataLoader wait\"]').innerText")
+        assert int(dataloader.split()[-1].rstrip("%")) <= 20
     if lab == 4:
         assert "host reads per step" in text
     text = page(driver, board, "operators", run=f"{slug}/original")

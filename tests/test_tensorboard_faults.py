@@ -383,7 +383,7 @@ def test_what_to_open_degrades_on_odd_progress(tmp_path, monkeypatch, progress_f
     run.mkdir(parents=True)
     (run / "x.pt.trace.json").write_text("{}")
     lines = cli._what_to_open(tmp_path / "runs")
-    assert lines and "Trace timeline" in lines[0], lines
+    assert lines and "Profile" in lines[0] and "02-embeddings/original" in lines[0], lines
 
 
 def test_what_to_open_on_a_folder_it_cannot_read(tmp_path, monkeypatch):
@@ -399,7 +399,7 @@ def test_what_to_open_on_a_folder_it_cannot_read(tmp_path, monkeypatch):
         lines = cli._what_to_open(runs)
     finally:
         runs.chmod(0o755)
-    assert "Trace timeline" in lines[0] and "newest run" in lines[0], lines
+    assert "Profile" in lines[0] and "newest run" in lines[0], lines
 
 
 # --- bad options ---------------------------------------------------------------
