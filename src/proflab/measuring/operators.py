@@ -72,35 +72,36 @@ def table(trace: Trace, *, per_step: bool = False) -> list[Row]:
         selves.append((name, mine))
     for name, mine in selves:
         own[name] += max(0.0, mine[0])
-    device = _device_time(trace.raw.get("traceEvents", []), steps)
+    device = _device_time(inside, trace.raw.get("traceEvents", []))
     n = len(steps) if per_step and steps else 1
     rows = [Row(name, calls[name] / n, own[name] / n, total[name] / n, device.get(name, 0.0) / n) for name in calls]
     rows.sort(key=lambda r: (-r.self_cpu_us, r.name))
     return rows
 
 
-def _device_time(events: list[dict], steps) -> dict[str, float]:
-    """Device time per host operator: each kernel's time, given to the operator that launched it."""
+def _device_time(host: list[dict], events: list[dict]) -> dict[str, float]:
+    """Device time per host operator: each kernel's time, given to the operator that launched it.
+
+    ``host``: the host events inside the profiled steps, in time order per thread; a kernel counts
+    when a runtime call among them launched it, wherever on the device's timeline it ran.
+    """
     launched_by: dict[Any, Any] = {}  # correlation → External id of the runtime call
-    for e in events:
-        if e.get("cat") == "cuda_runtime" and isinstance(e.get("args"), dict):
-            args = e["args"]
-            if "correlation" in args and "External id" in args:
-                launched_by[args["correlation"]] = args["External id"]
+    op_of: dict[Any, str] = {}  # External id → the innermost operator with it (the latest to start)
+    for e in host:
+        args = e.get("args")
+        if not isinstance(args, dict):
+            continue
+        if e.get("cat") == "cuda_runtime" and "correlation" in args and "External id" in args:
+            launched_by[args["correlation"]] = args["External id"]
+        elif e.get("cat") == "cpu_op" and args.get("External id") is not None:
+            op_of[args["External id"]] = _name(e["name"])
     if not launched_by:
         return {}
-    op_of: dict[Any, str] = {}  # External id → the innermost operator with it
-    for e in sorted((e for e in events if e.get("cat") == "cpu_op" and isinstance(e.get("args"), dict)),
-                    key=lambda e: float(e.get("ts", 0.0))):
-        ext = e["args"].get("External id")
-        if ext is not None:
-            op_of[ext] = _name(e["name"])
-    first, last = (steps[0].ts, steps[-1].end) if steps else (0.0, 0.0)
     times: dict[str, float] = defaultdict(float)
     for e in events:
         if e.get("cat") in DEVICE_CATEGORIES and isinstance(e.get("args"), dict):
             op = op_of.get(launched_by.get(e["args"].get("correlation")))
-            if op is not None and first <= float(e.get("ts", 0.0)) < last + 1e6:  # kernels may end after the step
+            if op is not None:
                 times[op] += float(e.get("dur", 0.0))
     return dict(times)
 

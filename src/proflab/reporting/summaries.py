@@ -81,10 +81,6 @@ class _Writer:
                                                              encoded_image_string=png.getvalue())))
 
 
-def _writer(folder: Path) -> _Writer:
-    return _Writer(folder)
-
-
 def step_time_tag(lab: labs.Lab) -> str:
     """One chart per lab (``step_time_ms/01-dataloader``): labs' step times differ a hundredfold."""
     return f"{STEP_TIME}/{lab.slug}"
@@ -97,7 +93,7 @@ def _step_times(writer, lab: labs.Lab, step_times_s: list[float]) -> None:
 
 def write_step_times(lab: labs.Lab, label: str, step_times_s: list[float]) -> Path:
     folder = trace_dir(lab, label)
-    with _writer(folder) as w:
+    with _Writer(folder) as w:
         _step_times(w, lab, step_times_s)
     return folder
 
@@ -110,7 +106,7 @@ def write_check(lab: labs.Lab, report: Report) -> Path:
     if report.step_times["original"]:
         write_step_times(lab, "original", report.step_times["original"])
     folder = trace_dir(lab, report.label)
-    with _writer(folder) as w:
+    with _Writer(folder) as w:
         _step_times(w, lab, report.step_times["learner"])
         w.add_text(REPORT, to_markdown(report))
         names = {"original": "original", "learner": report.label}
