@@ -170,7 +170,9 @@ def cmd_run(args) -> int:
     with _status(doing), checks.workspace("run-") as work:
         copy = checks.snapshot(file, work / "file")  # what is profiled, even if the file is saved meanwhile
         outcome = execute.run(lab, copy, label, device=args.device, trace_dir=work / "trace", table=True,
-                              record_shapes=args.record_shapes, profile_memory=args.profile_memory,
+                              record_shapes=args.record_shapes,
+                              # a lab about memory profiles it always
+                              profile_memory=args.profile_memory or bool(lab.leaner),
                               with_stack=args.with_stack, timeout_s=args.timeout, workdir=file.parent,
                               shown_as=file, output_chars=RUN_OUTPUT_CHARS)
         for key in ("traceback", "message", "file"):
@@ -210,7 +212,12 @@ def cmd_run(args) -> int:
         out.print(f"\n[dim]prof.key_averages().table(sort_by=\"{table['sort_by']}\") over the profiled steps:[/]")
         out.print(escape(table["text"]), soft_wrap=True)
         if r.get("trace"):
-            _host_reads(r["trace"])
+            _memory_kept(r["trace"]) if lab.leaner else _host_reads(r["trace"])
+    if r.get("memory"):
+        m = r["memory"]
+        peak = f"{m['peak_mb']:.0f} MB" if m.get("peak_mb") is not None else "not readable here"
+        out.print(f"[dim]Peak memory of the run, read from outside it ({escape(m.get('measured', ''))}):[/] {peak}",
+                  soft_wrap=True)
     times = sorted(r["step_times"])
     out.print(f"Step time over {len(times)} timed steps: mean {r['mean_step_s'] * 1000:.1f} ms, "
               f"median {times[len(times) // 2] * 1000:.1f} ms "
@@ -238,6 +245,19 @@ def _host_reads(trace_path: str) -> None:
     if reads.value > 0:
         out.print(f"[dim]Host reads per profiled step:[/] {escape(reads.summary)}  "
                   "[dim](every row: TensorBoard › Profile › Operators)[/]", soft_wrap=True)
+
+
+def _memory_kept(trace_path: str) -> None:
+    """One line under the table of a lab about memory: what each profiled step leaves allocated."""
+    from .measuring import evidence, memory
+
+    try:
+        kept = memory.growth(evidence.load(trace_path))
+    except (evidence.TraceError, OSError) as e:
+        out.print(f"[dim]Memory per profiled step: none recorded ({escape(str(e))})[/]", soft_wrap=True)
+        return
+    out.print(f"[dim]Memory left allocated per profiled step:[/] {escape(kept.summary)}  "
+              "[dim](the curve: TensorBoard › Profile › Memory)[/]", soft_wrap=True)
 
 
 def cmd_check(args) -> int:

@@ -76,6 +76,9 @@ class Evidence:
     # A passing fix whose figure is still above this share of the original's is told there is more to
     # gain (lab 1 with two workers still waits on the DataLoader for much of each step).
     more_to_gain_above: float | None = None
+    # Calls that look like a fix and are not one (``[evidence.not_a_fix]``: the call, why not), told to
+    # a learner whose file calls one and still fails: gc.collect() frees nothing still referenced.
+    not_a_fix: tuple[tuple[str, str], ...] = ()
 
     def holds(self, value: float, original: float) -> bool:
         if self.max is not None and value > self.max:
@@ -244,6 +247,10 @@ class Lab:
     # For a lab graded on overhead ([overhead] instead of [speedup]): at most this share slower
     # than the original, per device; the threshold is then the speed-up 1 / (1 + overhead).
     overhead: dict[str, float] = field(default_factory=dict)
+    # For a lab graded on memory ([memory] instead of [speedup]): the peak memory, measured from
+    # outside the run, at most this share of the original's, per device; the threshold is then the
+    # factor 1 / share by which the original's peak exceeds the learner's.
+    leaner: dict[str, float] = field(default_factory=dict)
 
     @property
     def slug(self) -> str:
@@ -254,7 +261,13 @@ class Lab:
         """The speed-up a version must reach on ``device`` (below 1 for a lab graded on overhead)."""
         if self.overhead:
             return 1.0 / (1.0 + self.overhead.get(device, self.overhead["cpu"]))
+        if self.leaner:
+            return 1.0 / self.peak_share(device)
         return self.thresholds.get(device, self.thresholds["cpu"])
+
+    def peak_share(self, device: str) -> float:
+        """A lab graded on memory: the largest share of the original's peak a version may use on ``device``."""
+        return self.leaner.get(device, self.leaner["cpu"])
 
     def original_is_intact(self) -> bool:
         return sha256(self.original) == self.original_sha256
@@ -356,6 +369,7 @@ _TOP: Spec = {
     "profile": (_TABLE, False),
     "answers": (_TABLE, False),
     "overhead": (_TABLE, False),
+    "memory": (_TABLE, False),
     "grading": (_TABLE, False),
     "storage": (_TABLE, False),
     "audit": (_TABLE, False),
@@ -395,6 +409,11 @@ _SPEEDUPS: Spec = {"cpu": (_SPEEDUP, True), "cuda": (_SPEEDUP, False)}
 _OVERHEAD_SHARE = _Kind("a share of the original's time, above 0 and below 1 (0.25: at most 25% slower)",
                         lambda v: _is_number(v) and 0 < v < 1)
 _OVERHEADS: Spec = {"cpu": (_OVERHEAD_SHARE, True), "cuda": (_OVERHEAD_SHARE, False)}
+_PEAK_SHARE = _Kind("a share of the original's peak memory, above 0 and below 1 (0.5: at most half)",
+                    lambda v: _is_number(v) and 0 < v < 1)
+_PEAK_SHARES: Spec = {"cpu": (_PEAK_SHARE, True), "cuda": (_PEAK_SHARE, False)}
+_NOT_A_FIX = _Kind("a table of calls and why each is not a fix ({\"gc.collect\" = \"...\"})",
+                   lambda v: isinstance(v, dict) and all(_is_text(x) for x in v.values()))
 _PROFILE: Spec = {"labels": (_TEXTS, True), "max_steps": (_integer(1), True), "where": (_STRING, False)}
 
 
@@ -423,6 +442,7 @@ def _evidence_spec() -> Spec:
         "min_work_vs_original": (_NOT_NEGATIVE, False),
         "work": (_TEXT, False),
         "more_to_gain_above": (_NOT_NEGATIVE, False),
+        "not_a_fix": (_NOT_A_FIX, False),
     }
 
 
@@ -535,9 +555,10 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
 
     speedup = p.table(top["speedup"], "speedup", _SPEEDUPS) if "speedup" in top else {}
     overhead = p.table(top["overhead"], "overhead", _OVERHEADS) if "overhead" in top else {}
-    if ("speedup" in top) == ("overhead" in top):
-        p.add("", "give either [speedup] (how much faster a fix must be) or [overhead] (how little slower "
-                  "a profiled version may be), one of the two")
+    leaner = p.table(top["memory"], "memory", _PEAK_SHARES) if "memory" in top else {}
+    if sum(key in top for key in ("speedup", "overhead", "memory")) != 1:
+        p.add("", "give one of [speedup] (how much faster a fix must be), [overhead] (how little slower "
+                  "a profiled version may be) or [memory] (how much less memory a fix may use at its peak)")
     profiling = p.table(top["profile"], "profile", _PROFILE) if "profile" in top else None
     if profiling is None and "evidence" not in top:
         p.add("", "[evidence] is missing: it says what the trace of a good fix shows")
@@ -574,7 +595,8 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
         original_sha256=top["files"]["original_sha256"].lower(),
         workload=Workload(**workload),
         results=tuple(rules),
-        evidence=Evidence(**{**evidence, "work_ops": tuple(evidence.get("work_ops", ()))}) if evidence else None,
+        evidence=Evidence(**{**evidence, "work_ops": tuple(evidence.get("work_ops", ())),
+                             "not_a_fix": tuple(evidence.get("not_a_fix", {}).items())}) if evidence else None,
         thresholds={device: float(value) for device, value in speedup.items()},
         hints=tuple(top.get("hints", ())),
         docs=top.get("docs", ""),
@@ -586,6 +608,7 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
                             where=profiling.get("where", "")) if profiling is not None else None,
         answers=tuple(answers),
         overhead={device: float(value) for device, value in overhead.items()},
+        leaner={device: float(value) for device, value in leaner.items()},
     )
 
 

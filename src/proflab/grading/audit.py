@@ -73,6 +73,7 @@ ALLOWANCES: dict[str, str] = {
     "os": "the os and sys modules (for the kit's test-only calibration lab)",
     "files": "open(), pathlib and io, torch.load and torch.save (for the kit's test-only calibration lab)",
     "profiler": "torch.profiler and torch.autograd.profiler beyond record_function",
+    "gc_collect": "gc.collect(), and nothing else of gc (a lab on memory: trying it is part of the lesson)",
 }
 
 # What a lab's manifest may refuse beyond the default (``[audit] refuse``).
@@ -148,6 +149,7 @@ _ALLOWANCE_ROOTS = {
     "os": ("os", "sys"),
     "files": ("pathlib", "io"),
     "profiler": (),
+    "gc_collect": ("gc",),
 }
 
 # Dotted names refused wherever they appear (imports and attribute chains): the first prefix that
@@ -175,6 +177,10 @@ _PATHS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     *((p, "patch", (), _USE + "the process's output streams are shared with the checker, which reports through them")
       for p in ("contextlib.redirect_stdout", "contextlib.redirect_stderr")),
     ("torch.overrides", "override", (), ""),
+    # Where gc may be imported (``gc_collect``), only gc.collect: the rest of gc reaches every object.
+    ("gc.collect", "import", ("gc_collect",), ""),
+    ("gc", "builtin", (), _USE + "gc reaches every object of the process, the checker's own among them; "
+                            "gc.collect() is the only part of it a lab file may use"),
 )
 # Profiler modules: their members are refused, bar record_function where the flag says so.
 _PROFILERS = {"torch.profiler": True, "torch.autograd.profiler": True, "torch.autograd.profiler_legacy": False,
@@ -397,6 +403,8 @@ class _Audit(ast.NodeVisitor):
             if path.startswith(module + ".") and "profiler" not in self.allow:
                 if not (record_ok and path[len(module) + 1:].split(".")[0] == "record_function"):
                     return "profiler", ""
+        if path == "gc":  # the module itself: whether it may be imported is the lab's allowance
+            return None
         for prefix, rule, allowances, template in _PATHS:
             if _under(path, prefix):
                 return None if self.allow.intersection(allowances) else (rule, template)

@@ -54,8 +54,16 @@ OWN_PROFILE_CHECKS = {
 }
 
 
+# In a lab graded on memory (lab 5), the last check is about the run's peak memory.
+LEANER_CHECK = ("Leaner", "your version's peak memory, measured by the checker from outside its process, is at "
+                "most the lab's share of the original's")
+
+
 def checks_of(lab: labs.Lab) -> tuple[tuple[str, str, str], ...]:
     """The four checks, as this lab names them."""
+    if lab.leaner:
+        return tuple((name, *LEANER_CHECK) if name == "faster" else (name, title, text)
+                     for name, title, text in CHECKS)
     if lab.profiling is None:
         return CHECKS
     return tuple((name, *OWN_PROFILE_CHECKS.get(name, (title, text))) for name, title, text in CHECKS)
@@ -103,6 +111,9 @@ class Report:
     step_times: dict[str, list[float]] = field(default_factory=lambda: {"original": [], "learner": []})
     latency: dict[str, dict[str, float]] = field(default_factory=dict)  # per-step median and p95, ms
     breakdown: dict[str, dict[str, Any]] = field(default_factory=dict)  # where a profiled step's time went
+    # A lab graded on memory: each run's peak, in MB, read from outside it ("original", "learner": one per
+    # run; "measured": how), with the share of the original's peak the lab allows
+    memory: dict[str, Any] = field(default_factory=dict)
     traces: dict[str, str] = field(default_factory=dict)
     trace_sha256: dict[str, str] = field(default_factory=dict)  # as each run sent it, the moment it was written
     file_sha256: str = ""  # of the copy of the learner's file taken when the check started: what was graded
@@ -504,6 +515,8 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
         report.timings["learner"] = [counted_step_s(o, allowance) for o in learners]
         report.step_times["original"] = [t for o in originals for t in o.result["step_times"]]
         report.step_times["learner"] = [t for o in learners for t in o.result["step_times"]]
+        if lab.leaner:
+            _record_peaks(report, originals, learners)
 
         if round_no == 1:
             runs.passed(f"{Path(file).name} ran all {lab.workload.total_steps} steps on {report.device}",
@@ -515,7 +528,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                 proven = _own_profile(lab, report, proof, learners[0], loaded)
             else:
                 proven = (_same_work_when_profiled(learners[0], report, same)
-                          and _evidence(lab, report, proof, learners[0], loaded))
+                          and _evidence(lab, report, proof, learners[0], loaded, file))
             loaded.clear()  # the traces' events are not needed after this
             if not proven:
                 report.verdict = FAILED
@@ -530,7 +543,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
             if report.stopped:
                 break
 
-    _faster(lab, report, faster)
+    _faster(lab, report, faster, file)
     report.verdict = {PASSED: PASSED, FAILED: FAILED}.get(faster.status, INCONCLUSIVE)
 
 
@@ -604,7 +617,9 @@ def _stop_reason(lab: labs.Lab, report: Report, done: int, elapsed_s: float) -> 
     Another round is run while the speed-up is too close to the threshold to
     call, up to the lab's round limit and while it fits in its time budget.
     """
-    cmp = stats.compare(report.timings["original"], report.timings["learner"])
+    if lab.leaner and None in _series(lab, report)[0] + _series(lab, report)[1]:
+        return "decided"  # a peak that could not be read: no more rounds will read it
+    cmp = stats.compare(*_series(lab, report))
     if cmp.decide(lab.threshold(report.device)) != stats.UNCLEAR:
         return "decided"
     if done >= lab.workload.round_limit:
@@ -659,7 +674,7 @@ def _trace_matches_steps(lab: labs.Lab, trace: evidence.Trace, run: execute.Outc
 
 
 def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.Outcome,
-              loaded: dict[str, evidence.Trace]) -> bool:
+              loaded: dict[str, evidence.Trace], file: Path | None = None) -> bool:
     ev = lab.evidence
     if "learner" not in report.traces or "original" not in report.traces:
         proof.failed("no trace was written", "a trace from each version", "none",
@@ -693,9 +708,16 @@ def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.
             return False
     try:
         original = evidence.measure(ev.metric, traces["original"])
-        learner = evidence.measure(ev.metric, traces["learner"])
+    except evidence.TraceError as e:  # the kit's own profile of the original: this torch records no such figure
+        raise NotGraded(f"the original's trace has no {ev.label} to compare with ({e})") from None
     except KeyError as e:
         proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
+        return False
+    try:
+        learner = evidence.measure(ev.metric, traces["learner"])
+    except (KeyError, evidence.TraceError) as e:
+        proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable",
+                     "leave torch.profiler and the trace files as they are")
         return False
     report.evidence = {"metric": ev.metric, "label": ev.label, "unit": ev.unit,
                        "original": asdict(original), "learner": asdict(learner)}
@@ -710,9 +732,10 @@ def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.
                                  f"({learner.summary}), over {ev.more_to_gain_above:.0%} of the original's "
                                  f"{format_value(original.value, ev.unit)}; look at {ev.where}")
         return True
+    why = _not_a_fix(lab, file) if file is not None else []
     proof.failed(f"{ev.label} is still {format_value(learner.value, ev.unit)} "
                  f"(the original: {format_value(original.value, ev.unit)})",
-                 expected, actual, f"{ev.where}; {where_to_look(lab)}")
+                 expected, actual, why[0] if why else f"{ev.where}; {where_to_look(lab)}", details=why)
     return False
 
 
@@ -799,7 +822,40 @@ def _own_profile(lab: labs.Lab, report: Report, proof: Check, run: execute.Outco
     return True
 
 
-def _faster(lab: labs.Lab, report: Report, faster: Check) -> None:
+def _series(lab: labs.Lab, report: Report) -> tuple[list, list]:
+    """What the fourth check compares, paired by round: step times, or (a lab graded on memory) peaks."""
+    if lab.leaner:
+        return report.memory.get("original", []), report.memory.get("learner", [])
+    return report.timings["original"], report.timings["learner"]
+
+
+def _record_peaks(report: Report, originals: list[execute.Outcome], learners: list[execute.Outcome]) -> None:
+    def peak(run: execute.Outcome) -> float | None:
+        return (run.result.get("memory") or {}).get("peak_mb")
+
+    report.memory.update(original=[peak(o) for o in originals], learner=[peak(o) for o in learners])
+    figures = learners[0].result.get("memory") or {}
+    report.memory["measured"] = figures.get("measured", "")
+    report.memory["source"] = figures.get("device_source") or "/proc/PID/status: VmRSS summed, VmHWM"
+    report.memory["runs"] = {"original": [o.result.get("memory") for o in originals],
+                             "learner": [o.result.get("memory") for o in learners]}
+
+
+def _not_a_fix(lab: labs.Lab, file: Path) -> list[str]:
+    """Why the calls the learner added that look like a fix are none (the lab's ``[evidence.not_a_fix]``)."""
+    if lab.evidence is None or not lab.evidence.not_a_fix:
+        return []
+    try:
+        mine, theirs = file.read_text(encoding="utf-8-sig"), lab.original.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [f"{call}: {why}" for call, why in lab.evidence.not_a_fix if call in mine and call not in theirs]
+
+
+def _faster(lab: labs.Lab, report: Report, faster: Check, file: Path | None = None) -> None:
+    if lab.leaner:
+        _leaner(lab, report, faster, file)
+        return
     cmp = stats.compare(report.timings["original"], report.timings["learner"])
     threshold = lab.threshold(report.device)
     report.comparison = cmp.as_dict()
@@ -857,3 +913,41 @@ def _overhead(lab: labs.Lab, report: Report, faster: Check, cmp: stats.Compariso
                             f"{interval} straddles the {limit:.0%} limit", expected, measured,
                             "the machine was too busy to trust these timings: close other programs and check "
                             "again; --rounds N starts with more rounds")
+
+
+def _leaner(lab: labs.Lab, report: Report, faster: Check, file: Path | None) -> None:
+    """A lab graded on memory (lab 5): the run's peak, read from outside it, against the original's."""
+    share = lab.peak_share(report.device)
+    original, learner = _series(lab, report)
+    report.memory["share"] = share
+    expected = f"a peak of at most {share:.0%} of the original's on {report.device}"
+    if None in original + learner:
+        faster.inconclusive("the peak memory could not be read from outside the run on this machine "
+                            f"({report.memory.get('measured') or 'no figure'}): the checker does not take "
+                            "a run's own word for it", expected, "no figure",
+                            "on CUDA the checker reads the device's memory with nvidia-smi: put it on the PATH")
+        return
+    cmp = stats.compare(original, learner)  # the "speed-up" of peaks: how many times leaner
+    report.comparison = cmp.as_dict()
+    report.threshold = lab.threshold(report.device)
+    ratio = 1.0 / cmp.speedup
+    rounds = ", ".join(f"{o:.0f} → {m:.0f}" for o, m in zip(original, learner))
+    measured = (f"peak {stats.median(original):.0f} MB → {stats.median(learner):.0f} MB "
+                f"(median of {cmp.rounds} runs each; per round: {rounds} MB), {ratio:.0%} of the original's; "
+                f"{report.memory.get('measured', '')}")
+    interval = (f"95% interval {1 / cmp.ci_high:.0%}–{1 / cmp.ci_low:.0%}" if cmp.rounds > 1 and cmp.ci_low > 0
+                else "one round: no interval")
+    decision = cmp.decide(report.threshold)
+    if decision == stats.PASS:
+        faster.passed(f"your version's peak is {ratio:.0%} of the original's over {cmp.rounds} paired rounds "
+                      f"({interval})", expected, measured)
+    elif decision == stats.FAIL:
+        why = _not_a_fix(lab, file) if file is not None else []
+        faster.failed(f"your version's peak is {ratio:.0%} of the original's, more than the {share:.0%} this lab "
+                      f"allows on {report.device} ({interval})", expected, measured,
+                      why[0] if why else where_to_look(lab), details=why)
+    else:
+        faster.inconclusive(f"inconclusive: {ratio:.0%} of the original's peak over {cmp.rounds} rounds, but the "
+                            f"{interval} straddles the {share:.0%} limit", expected, measured,
+                            "something else on this machine moved the memory figures: check again; --rounds N "
+                            "starts with more rounds")

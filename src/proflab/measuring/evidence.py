@@ -432,12 +432,20 @@ def work_flops(trace: Trace, ops: tuple[str, ...]) -> Measure:
                    details={"flops_per_step": per_step, "calls_per_step": len(calls) / max(n, 1), "steps": float(n)})
 
 
+def memory_growth(trace: Trace) -> Measure:
+    """What each profiled step leaves allocated behind it, in MB per step (``memory.growth``)."""
+    from .memory import growth
+
+    return growth(trace)
+
+
 METRICS: dict[str, Callable[[Trace], Measure]] = {
     "dataloader_wait": dataloader_wait,
     "indexing_ops": indexing_ops,
     "op_count": op_count,
     "elementwise_traffic": elementwise_traffic,
     "host_syncs": host_syncs,
+    "memory_growth": memory_growth,
 }
 
 

@@ -221,10 +221,12 @@ def _encode(kept: list[dict[str, Any]], torch) -> list[dict[str, Any]]:
     return encoded
 
 
-def _sort_key(device_type: str, averages) -> str:
+def _sort_key(device_type: str, averages, by_memory: bool = False) -> str:
+    """The column the printed table is sorted by: self time, or (profiled with profile_memory) self memory."""
     if device_type != "cuda":
-        return "self_cpu_time_total"
-    for key in ("self_device_time_total", "self_cuda_time_total"):
+        return "self_cpu_memory_usage" if by_memory else "self_cpu_time_total"
+    wanted = ("self_device_memory_usage", "self_cuda_memory_usage") if by_memory else ()
+    for key in (*wanted, "self_device_time_total", "self_cuda_time_total"):
         try:
             averages.table(sort_by=key, row_limit=1)
             return key
@@ -367,7 +369,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 mark(b"H" + sha256(Path(trace)).encode())
             if spec.get("table"):
                 averages = prof.key_averages()
-                key = _sort_key(device.type, averages)
+                key = _sort_key(device.type, averages, spec.get("profile_memory", False))
                 table = {"sort_by": key, "text": averages.table(sort_by=key, row_limit=spec.get("row_limit", 15))}
         else:
             for _ in range(profiled):
@@ -390,6 +392,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
     # Only the timed window's length, by this process's clock, is reported: the checker compares it
     # with its own stamps, from which it takes every timing (execute._from_outside).
+    if device.type == "cuda":  # a floor for the device's peak only: the checker reads it from the driver too
+        info["device_reserved_mb"] = torch.cuda.max_memory_reserved(device) / 2**20
     return {"status": "ok", **info, "steps_done": len(kept), "window_s": end - start,
             "results": _encode(kept, torch), "trace": trace, "table": table,
             **({"answers": answers} if answers is not None else {})}

@@ -148,54 +148,11 @@ def overview(trace: evidence.Trace) -> dict[str, Any]:
 
 
 def memory(trace: evidence.Trace) -> dict[str, Any]:
-    """Memory allocated over the profiled steps, per device, from the ``[memory]`` events of ``profile_memory``."""
-    events = trace.raw.get("traceEvents", [])
-    steps = trace.steps
-    first, last = steps[0].ts, steps[-1].end
-    marks = sorted((e for e in events if e.get("name") == "[memory]" and isinstance(e.get("args"), dict)
-                    and first <= float(e.get("ts", 0.0)) <= last), key=lambda e: float(e["ts"]))
-    if not marks:
-        return {"recorded": False, "devices": {}, "top": []}
-    devices: dict[str, dict[str, Any]] = {}
-    for e in marks:
-        args = e["args"]
-        device = "cpu" if args.get("Device Type", 0) == 0 else f"cuda:{args.get('Device Id', 0)}"
-        d = devices.setdefault(device, {"t_ms": [], "allocated_mb": [], "peak_mb": 0.0, "peak_t_ms": 0.0})
-        allocated = float(args.get("Total Allocated", 0)) / 2**20
-        d["t_ms"].append((float(e["ts"]) - first) / 1000.0)
-        d["allocated_mb"].append(allocated)
-        if allocated > d["peak_mb"]:
-            d["peak_mb"], d["peak_t_ms"] = allocated, d["t_ms"][-1]
-    return {"recorded": True, "devices": devices, "top": _allocators(events, marks, len(steps)),
-            "step_starts_ms": [(s.ts - first) / 1000.0 for s in steps]}
+    """Memory allocated over the profiled steps, per device, from the ``[memory]`` events of ``profile_memory``;
+    what each step leaves behind, and the operators whose allocations are never freed (``measuring.memory``)."""
+    from ..measuring import memory as trace_memory
 
-
-def _allocators(events: list[dict], marks: list[dict], steps: int) -> list[dict[str, Any]]:
-    """The operators that allocate the most, per step: each allocation given to the innermost operator
-    running on its thread when it was made."""
-    ops = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op" and "ts" in e),
-                 key=lambda e: (float(e["ts"]), -float(e.get("dur", 0.0))))
-    allocated: dict[str, float] = defaultdict(float)
-    count: dict[str, int] = defaultdict(int)
-    open_ops: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    i = 0
-    for m in marks:
-        ts, thread = float(m["ts"]), (str(m.get("pid")), str(m.get("tid")))
-        while i < len(ops) and float(ops[i]["ts"]) <= ts:
-            op = ops[i]
-            open_ops[(str(op.get("pid")), str(op.get("tid")))].append(op)
-            i += 1
-        stack = open_ops[thread]
-        while stack and float(stack[-1]["ts"]) + float(stack[-1].get("dur", 0.0)) < ts:
-            stack.pop()
-        size = float(m["args"].get("Bytes", 0))
-        if size > 0:
-            name = stack[-1]["name"] if stack else "(outside any operator)"
-            allocated[name] += size
-            count[name] += 1
-    rows = [{"name": n, "allocated_mb": allocated[n] / 2**20 / steps, "allocations": count[n] / steps}
-            for n in allocated]
-    return sorted(rows, key=lambda r: -r["allocated_mb"])[:15]
+    return trace_memory.curve(trace)
 
 
 def memory_svg(found: dict[str, Any]) -> bytes:

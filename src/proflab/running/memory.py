@@ -1,0 +1,196 @@
+"""Where a run's memory is measured, from outside its processes.
+
+Two figures, both read by the checker's process, never reported by the run:
+
+* **host memory**: every few milliseconds, the resident memory (``VmRSS``) of
+  every process of the run, summed, and each process's high-water mark
+  (``VmHWM``, the kernel's own peak of its resident memory, which catches a
+  peak between two samples). The run's peak is the larger of the two: a
+  process that resets its high-water mark (``/proc/self/clear_refs``) still
+  has every sample taken while its memory was held. The limit check
+  (``memory_mb``) uses PSS instead, which counts the pages forked DataLoader
+  workers share once, at a slower pace (``execute``).
+* **device memory** (CUDA): what the driver reports per process
+  (``nvidia-smi --query-compute-apps``), sampled in a thread; where the
+  driver lists none of the run's processes (a container with its own PID
+  namespace), the growth of the device's used memory since the run started.
+  The run's own ``torch.cuda.max_memory_reserved()`` is only a floor: the
+  learner's process could report less.
+
+A run forked from the fork server starts with the server's pages (torch,
+imported once): every version of a check starts from the same ones, so the
+peaks compare, and the report quotes them as they are.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SAMPLE_S = 0.02  # how often a memory-graded run's processes are looked at
+DEVICE_SAMPLE_S = 0.1  # how often the driver is asked (each ask costs tens of ms)
+
+
+def kb(path: str, field_name: str) -> int | None:
+    """A ``Name:  123 kB`` field of a /proc file, in kB; None when the file or the field is not there."""
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(field_name):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def pss_mb(members: list[int], limit_mb: float = float("inf")) -> float:
+    """Memory of the run's processes as the machine pays for it, in MB (Linux; 0 elsewhere).
+
+    Proportional set size (PSS, from /proc/PID/smaps_rollup): a page shared by
+    N processes counts 1/N in each, so forked DataLoader workers, which share
+    most of their parent's pages, are not counted N times over. Where the
+    kernel has no smaps_rollup, resident memory (RSS) is used instead. Reading
+    smaps_rollup walks a process's page tables, so it is read only once the
+    resident memory, which is never less, is past ``limit_mb``.
+    """
+    rss_kb = sum(kb(f"/proc/{pid}/status", "VmRSS:") or 0 for pid in members)
+    if rss_kb <= limit_mb * 1024:  # PSS is never more than RSS: the cheap figure settles it
+        return rss_kb / 1024
+    return sum(_pss_or_rss_kb(pid) for pid in members) / 1024
+
+
+def _pss_or_rss_kb(pid: int) -> int:
+    pss = kb(f"/proc/{pid}/smaps_rollup", "Pss:")
+    return pss if pss is not None else (kb(f"/proc/{pid}/status", "VmRSS:") or 0)
+
+
+def _rss_and_hwm_kb(pid: int) -> tuple[int, int]:
+    rss = hwm = 0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1])
+            elif line.startswith("VmHWM:"):
+                hwm = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return rss, hwm
+
+
+@dataclass
+class Watch:
+    """The peak memory of one run, sampled from outside while it runs."""
+
+    members: list[int] = field(default_factory=list)  # the run's processes, as last scanned
+    rss_peak_kb: int = 0  # the largest sum of every process's resident memory at one sample
+    hwm_peak_kb: int = 0  # the largest high-water mark any one process had
+    samples: int = 0
+    device: "DeviceWatch | None" = None
+
+    def sample(self) -> None:
+        total = 0
+        for pid in self.members:
+            rss, hwm = _rss_and_hwm_kb(pid)
+            total += rss
+            self.hwm_peak_kb = max(self.hwm_peak_kb, hwm)
+        self.rss_peak_kb = max(self.rss_peak_kb, total)
+        self.samples += 1
+
+    @property
+    def host_peak_mb(self) -> float:
+        return max(self.rss_peak_kb, self.hwm_peak_kb) / 1024
+
+    def start_device(self) -> None:
+        """On a machine with NVIDIA's driver tools, sample the device memory too (a thread)."""
+        if shutil.which("nvidia-smi"):
+            self.device = DeviceWatch(self)
+            self.device.start()
+
+    def stop(self) -> None:
+        if self.device is not None:
+            self.device.stop()
+
+    def figures(self, run_device: str, reported_device_mb: float | None) -> dict[str, float | str | None]:
+        """What the report keeps: the graded peak (``peak_mb``) for the device the run used, and how it was read."""
+        out: dict[str, float | str | None] = {
+            "host_peak_mb": round(self.host_peak_mb, 1), "rss_peak_mb": round(self.rss_peak_kb / 1024, 1),
+            "hwm_peak_mb": round(self.hwm_peak_kb / 1024, 1), "samples": self.samples}
+        if run_device.startswith("cuda"):
+            seen = self.device.peak_mb if self.device is not None else None
+            source = self.device.source if self.device is not None else None
+            figures = [v for v in (seen, reported_device_mb) if v is not None]
+            out.update(device_peak_mb=round(max(figures), 1) if figures else None,
+                       device_source=source or ("the run's own report only" if figures else None),
+                       peak_mb=round(max(figures), 1) if seen is not None else None,
+                       measured="device memory, from the driver")
+        else:
+            out.update(peak_mb=round(self.host_peak_mb, 1), measured="host memory (RSS, every process), from /proc")
+        return out
+
+
+_APPS = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+_USED = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+
+
+def _ask(command: list[str]) -> list[list[str]]:
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [[cell.strip() for cell in line.split(",")] for line in out.splitlines() if line.strip()]
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+class DeviceWatch(threading.Thread):
+    """Device memory of the run's processes, as the driver reports it, in MB."""
+
+    def __init__(self, watch: Watch):
+        super().__init__(daemon=True)
+        self.watch = watch
+        self.per_process_mb: float | None = None
+        self.growth_mb: float | None = None
+        self._stop = threading.Event()
+        self._base_mb = self._used_mb()
+
+    def _used_mb(self) -> float | None:
+        values = [_number(row[0]) for row in _ask(_USED) if row]
+        values = [v for v in values if v is not None]
+        return sum(values) if values else None
+
+    def run(self) -> None:
+        while not self._stop.wait(DEVICE_SAMPLE_S):
+            self.sample()
+
+    def sample(self) -> None:
+        mine = {str(pid) for pid in self.watch.members}
+        rows = [r for r in _ask(_APPS) if len(r) >= 2 and r[0] in mine]
+        if rows:
+            used = sum(v for r in rows if (v := _number(r[1])) is not None)
+            self.per_process_mb = max(self.per_process_mb or 0.0, used)
+        used_now = self._used_mb()
+        if used_now is not None and self._base_mb is not None:
+            self.growth_mb = max(self.growth_mb or 0.0, used_now - self._base_mb)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join(timeout=6)
+
+    @property
+    def peak_mb(self) -> float | None:
+        return self.per_process_mb if self.per_process_mb is not None else self.growth_mb
+
+    @property
+    def source(self) -> str | None:
+        if self.per_process_mb is not None:
+            return "nvidia-smi, per process"
+        if self.growth_mb is not None:
+            return "nvidia-smi, the device's used memory since the run started"
+        return None
