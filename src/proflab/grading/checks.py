@@ -431,7 +431,10 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                                   trace_dir=work / "traces" / which if first else None, timeout_s=timeout,
                                   checking=True, workdir=lab.folder if which == "original" else workdir,
                                   shown_as=lab.original if which == "original" else shown_as,
-                                  steps=None if first else {"profile_steps": 0}, preload=preload)
+                                  # (a lab graded on memory runs every step each time: its peak
+                                  # grows with the steps, and each round must compare the same)
+                                  steps=None if first or lab.leaner else {"profile_steps": 0},
+                                  preload=preload)
         except errors.KitError as e:
             raise NotGraded(str(e)) from None
         if outcome.status == "kit":

@@ -8,13 +8,12 @@ Type`` 0 for the CPU, 1 for CUDA, with its ``Device Id``). From them:
 
 * ``curve``: memory allocated over the profiled steps, per device (the
   Profile tab's Memory view draws it);
-* ``growth``: what each step leaves allocated behind it, in MB per step:
-  the allocator's total at the end of each profiled step, from the first
-  step's end to the last's, divided by the steps in between; on the device
-  where it grows most;
-* ``kept``: the allocations made in a profiled step and still not freed when
-  the last profiled step ends, by the operator that made them (the innermost
-  one running on the allocating thread): where the leaked memory came from.
+* ``growth``: what the steps leave allocated behind them, in MB per step:
+  the blocks allocated in a profiled step before the last and still not
+  freed when the last ends, on the device where they add up to most;
+* ``kept``: the same blocks by the operator that allocated them (the
+  innermost one running on the allocating thread): where the leaked memory
+  came from.
 
 A trace recorded without ``profile_memory`` (or by a PyTorch that records no
 memory events on this device) holds none: that is said, never read as zero.
@@ -61,9 +60,10 @@ def curve(trace: Trace) -> dict[str, Any]:
         d["allocated_mb"].append(allocated)
         if allocated > d["peak_mb"]:
             d["peak_mb"], d["peak_t_ms"] = allocated, d["t_ms"][-1]
+    kept_by_device = kept_per_step(trace, marks)
     for device, ends in _step_ends(marks, steps).items():
         devices[device]["step_end_mb"] = [round(v / MB, 3) for v in ends]
-        devices[device]["growth_mb_per_step"] = round(_slope(ends) / MB, 3)
+        devices[device]["kept_mb_per_step"] = round(kept_by_device.get(device, 0.0), 3)
     return {"recorded": True, "devices": devices, "top": allocators(trace, marks), "kept": kept(trace, marks),
             "step_starts_ms": [(s.ts - first) / 1000.0 for s in steps]}
 
@@ -86,11 +86,6 @@ def _step_ends(marks: list[dict[str, Any]], steps) -> dict[str, list[float]]:
         first = next(v for v in values if v is not None)
         out[device] = [first if v is None else v for v in values]
     return out
-
-
-def _slope(ends: list[float]) -> float:
-    """Bytes per step from the first step's end to the last's."""
-    return (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else 0.0
 
 
 def _innermost(events_: list[dict[str, Any]], marks: list[dict[str, Any]]) -> list[str]:
@@ -128,10 +123,9 @@ def allocators(trace: Trace, marks: list[dict[str, Any]] | None = None) -> list[
     return sorted(rows, key=lambda r: -r["allocated_mb"])[:15]
 
 
-def kept(trace: Trace, marks: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """The operators whose allocations outlive the profiled steps: made before the last profiled step
-    began and not freed by its end, in MB per step (over the steps before the last)."""
-    marks = events(trace) if marks is None else marks
+def _outliving(trace: Trace, marks: list[dict[str, Any]]) -> list[tuple[str, float, str]]:
+    """The blocks allocated before the last profiled step began and still not freed when it ends:
+    (device, bytes, the operator that allocated it)."""
     steps = trace.steps
     if len(steps) < 2:
         return []
@@ -145,39 +139,63 @@ def kept(trace: Trace, marks: list[dict[str, Any]] | None = None) -> list[dict[s
             live[key] = (size, name, float(m["ts"]))
         elif size < 0:
             live.pop(key, None)
+    return [(key[0], size, name) for key, (size, name, ts) in live.items() if ts < last_start]
+
+
+def kept(trace: Trace, marks: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The operators whose allocations outlive the profiled steps, in MB per step (over the steps before
+    the last): where the memory that stays allocated came from."""
+    marks = events(trace) if marks is None else marks
     held: dict[str, float] = defaultdict(float)
     blocks: dict[str, int] = defaultdict(int)
-    for size, name, ts in live.values():
-        if ts < last_start:
-            held[name] += size
-            blocks[name] += 1
-    before = len(steps) - 1
+    for _device, size, name in _outliving(trace, marks):
+        held[name] += size
+        blocks[name] += 1
+    before = max(len(trace.steps) - 1, 1)
     rows = [{"name": n, "kept_mb": held[n] / MB / before, "blocks": blocks[n] / before} for n in held]
     return sorted(rows, key=lambda r: -r["kept_mb"])[:15]
 
 
+def kept_per_step(trace: Trace, marks: list[dict[str, Any]]) -> dict[str, float]:
+    """Per device, the MB per step that the profiled steps before the last left allocated at the end."""
+    per_device: dict[str, float] = defaultdict(float)
+    for device, size, _name in _outliving(trace, marks):
+        per_device[device] += size
+    before = max(len(trace.steps) - 1, 1)
+    return {device: total / MB / before for device, total in per_device.items()}
+
+
 def growth(trace: Trace) -> Measure:
-    """What each profiled step leaves allocated behind it, in MB per step, on the device where it grows most.
+    """What the profiled steps leave allocated behind them, in MB per step, on the device where it is most.
+
+    Counted block by block: every block allocated in a profiled step before
+    the last and not freed by the end of the last (the profiler sees the
+    frees of blocks it saw allocated; a block allocated before profiling
+    began is not counted either way). Memory a loop needs for a while and
+    then gives back (one evaluation's buffers, until the next evaluation)
+    is freed inside the window, so the window must end with the lab's
+    periodic work: lab 5's last profiled step is an evaluation.
 
     Raises TraceError for a trace with no memory events: recorded without
-    ``profile_memory``, or by a PyTorch that records none on this device.
+    ``profile_memory``, or by a PyTorch that records none on this device
+    (``profile_all_threads`` records none at all in torch 2.14).
     """
     marks = events(trace)
     if not marks:
         raise TraceError(f"{trace.path.name} holds no memory events: it was recorded without "
                          "profile_memory=True, or by a PyTorch that records none on this device")
+    per_device = kept_per_step(trace, marks) or {device_of(marks[0]["args"]): 0.0}
+    device = max(per_device, key=lambda d: per_device[d])
+    per_step = per_device[device]
     ends = _step_ends(marks, trace.steps)
-    slopes = {device: _slope(values) / MB for device, values in ends.items()}
-    device = max(slopes, key=lambda d: slopes[d])
-    per_step = slopes[device]
     top = kept(trace, marks)
     names = ", ".join(f"{r['name']} {r['kept_mb']:.1f} MB" for r in top[:3] if r["kept_mb"] >= 0.05)
-    summary = (f"{per_step:+.1f} MB per step on {device} "
-               f"({ends[device][0] / MB:.0f} → {ends[device][-1] / MB:.0f} MB allocated over "
-               f"{len(trace.steps)} steps)")
+    curve_ = ends.get(device, [0.0])
+    summary = (f"{per_step:.1f} MB per step kept on {device}, never freed "
+               f"(allocated: {curve_[0] / MB:.0f} → {curve_[-1] / MB:.0f} MB at the ends of {len(trace.steps)} steps)")
     if names:
-        summary += f"; kept, per step: {names}"
+        summary += f"; most from {names}"
     return Measure(value=round(per_step, 2), unit="MB per step", summary=summary,
-                   details={"growth_mb_per_step": per_step, "steps": float(len(trace.steps)),
-                            "start_mb": ends[device][0] / MB, "end_mb": ends[device][-1] / MB,
+                   details={"kept_mb_per_step": per_step, "steps": float(len(trace.steps)),
+                            "start_mb": curve_[0] / MB, "end_mb": curve_[-1] / MB,
                             **{f"kept:{r['name']}": r["kept_mb"] for r in top[:8]}})
