@@ -205,6 +205,11 @@ def lab4_solution(kit, tmp_path_factory) -> tuple[int, dict]:
 
 
 @pytest.fixture(scope="session")
+def lab5_solution(kit, tmp_path_factory) -> tuple[int, dict]:
+    return _reference_check(kit, tmp_path_factory, 5, "05_memory")
+
+
+@pytest.fixture(scope="session")
 def exercise_kit(kit, tmp_path_factory) -> Kit:
     return sharing_data(tmp_path_factory.mktemp("exercise-kit"), kit)
 
