@@ -29,6 +29,7 @@ from test_tensorboard import free_port
 
 PLUGIN = "/data/plugin/proflab_profile"
 LABS = {1: "01-dataloader", 2: "02-embeddings", 3: "03-fusion", 4: "04-syncs"}
+MEMORY_LAB = "05-memory"  # its checks profile with profile_memory: the Memory view's climb and level line
 
 
 def first_table_row(printed: str) -> str:
@@ -40,10 +41,11 @@ def first_table_row(printed: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def runs(kit, tmp_path_factory, solution_check, lab2_solution, lab3_solution, lab4_solution) -> dict:
+def runs(kit, tmp_path_factory, solution_check, lab2_solution, lab3_solution, lab4_solution,
+         lab5_solution) -> dict:
     """A log folder holding each lab's original and reference runs, and the two `proflab run` runs."""
     logdir = tmp_path_factory.mktemp("profile-tab") / "runs"
-    for code, report in (solution_check, lab2_solution, lab3_solution, lab4_solution):
+    for code, report in (solution_check, lab2_solution, lab3_solution, lab4_solution, lab5_solution):
         assert code == 0, explain(report)
         lab_runs = Path(report["traces"]["original"]).parent.parent
         shutil.copytree(lab_runs, logdir / lab_runs.name, dirs_exist_ok=True)
@@ -74,7 +76,7 @@ def board(runs):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         listed = get(base, "/runs")
-        if f"{LABS[4]}/reference" in listed and "memory/03-original" in listed:
+        if all(run in listed for run in (f"{LABS[4]}/reference", "memory/03-original", f"{MEMORY_LAB}/reference")):
             break
         time.sleep(0.5)
     yield base
@@ -165,6 +167,15 @@ def test_memory_over_time_for_a_run_profiled_with_profile_memory(board):
     assert not get(board, "/memory", run=f"{LABS[3]}/original")["recorded"]
 
 
+def test_memory_kept_per_step_climbs_in_the_leak_and_not_in_its_fix(board):
+    leak = get(board, "/memory", run=f"{MEMORY_LAB}/original")
+    fix = get(board, "/memory", run=f"{MEMORY_LAB}/reference")
+    assert leak["devices"]["cpu"]["kept_mb_per_step"] > 5 and fix["devices"]["cpu"]["kept_mb_per_step"] < 0.5
+    ends = leak["devices"]["cpu"]["step_end_mb"]
+    assert ends[-1] - ends[0] > 100  # two evaluations' graphs, ~97 MB each, in the 8 profiled steps
+    assert leak["kept"][0]["name"].startswith("aten::") and not fix["kept"]
+
+
 @pytest.mark.parametrize("path", ["/overview", "/operators", "/memory", "/memory.svg"])
 def test_only_runs_under_the_log_folder_are_read(board, path):
     for run in ("../../etc", "nope/original", "01-dataloader"):
@@ -247,6 +258,18 @@ def test_the_memory_view_draws_its_curve_offline(driver, board):
     assert width > 100
     text = page(driver, board, "memory", run=f"{LABS[3]}/original")
     assert "no memory recorded" in text and "proflab run 3 --profile-memory" in text
+    assert not left_the_machine(driver, board)
+
+
+@needs_browser
+def test_the_memory_view_shows_the_climb_and_the_level_line_offline(driver, board):
+    text = page(driver, board, "memory", run=f"{MEMORY_LAB}/original")
+    assert "cpu: climbs:" in text and "MB per step kept, never freed" in text
+    kept = driver.execute_script("return document.querySelector('#kept tbody tr td').innerText")
+    assert kept.startswith("aten::")
+    text = page(driver, board, "memory", run=f"{MEMORY_LAB}/reference")
+    assert "cpu: stays level: 0.0 MB per step kept" in text
+    assert "None: every allocation of these steps was freed" in text
     assert not left_the_machine(driver, board)
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from .evidence import Measure, Trace, TraceError
 
 MB = 2**20
+KEPT_LISTED_MB = 0.001  # an operator keeping less per step (a few bytes of book-keeping) is left out of `kept`
 OUTSIDE = "(outside any operator)"
 
 
@@ -152,7 +153,8 @@ def kept(trace: Trace, marks: list[dict[str, Any]] | None = None) -> list[dict[s
         held[name] += size
         blocks[name] += 1
     before = max(len(trace.steps) - 1, 1)
-    rows = [{"name": n, "kept_mb": held[n] / MB / before, "blocks": blocks[n] / before} for n in held]
+    rows = [{"name": n, "kept_mb": held[n] / MB / before, "blocks": blocks[n] / before} for n in held
+            if held[n] / MB / before >= KEPT_LISTED_MB]
     return sorted(rows, key=lambda r: -r["kept_mb"])[:15]
 
 
