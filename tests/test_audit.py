@@ -59,6 +59,10 @@ REFUSED = [
     ("import time\nfrom time import monotonic\ntime.monotonic += 1", 3, "patch"),
     ("import ctypes", 1, "import"),
     ("import gc", 1, "import"),
+    # Where gc is open for gc.collect (lab 5), the rest of it is not: it reaches every object of the process.
+    ("import gc\ngc.collect()\ngc.get_objects()", 3, "builtin", ["gc_collect"]),
+    ("from gc import get_referrers", 1, "builtin", ["gc_collect"]),
+    ("import gc\ng = gc\ng.freeze()", 3, "builtin", ["gc_collect"]),
     ("import inspect", 1, "import"),
     ("import atexit", 1, "import"),
     ("import signal", 1, "import"),
@@ -206,6 +210,7 @@ ALLOWED = [
     ("import torch\nwith torch.profiler.profile() as prof:\n    pass\nprof.export_chrome_trace('t.json')", ["profiler"]),
     ("from pathlib import Path\nwith open(Path('f')) as f:\n    f.read()\nimport torch\ntorch.save(x, 'f')", ["files"]),
     ("import os, sys, os.path\nos.environ['X']\nsys.argv", ["os"]),
+    ("import gc\nfrom gc import collect\ngc.collect()\ncollect()", ["gc_collect"]),
 ]
 
 
@@ -231,5 +236,5 @@ def test_every_rule_a_finding_carries_is_explained():
     rules = {case[2] for case in REFUSED}
     assert rules <= RULES.keys()
     assert all(RULES[r] for r in rules)
-    assert set(ALLOWANCES) == {"threads", "processes", "os", "files", "profiler"}
+    assert set(ALLOWANCES) == {"threads", "processes", "os", "files", "profiler", "gc_collect"}
     assert all(ALLOWANCES.values())

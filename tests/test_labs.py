@@ -21,7 +21,11 @@ def test_manifest_promises(lab):
     assert len(lab.hints) >= 2
     assert lab.results
     assert lab.workload.timed_steps >= 8 and lab.workload.rounds >= 2
-    if lab.profiling is None:  # the kit profiles it, and a fix must be faster
+    if lab.leaner:  # the kit profiles it, memory included, and a fix must use less memory at its peak
+        assert set(lab.leaner) >= {"cpu", "cuda"} and all(0 < s < 1 for s in lab.leaner.values())
+        assert lab.evidence.metric == "memory_growth" and not lab.thresholds
+        assert lab.workload.profile_steps >= 2
+    elif lab.profiling is None:  # the kit profiles it, and a fix must be faster
         assert set(lab.thresholds) >= {"cpu", "cuda"}
         assert all(t > 1.0 for t in lab.thresholds.values())
         assert lab.evidence.metric

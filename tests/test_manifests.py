@@ -45,8 +45,8 @@ def hints_as_a_string(kit: Kit) -> None:
 
 def a_second_lab_1(kit: Kit) -> None:
     """A copy of lab 1 under another folder and name, with the same number."""
-    shutil.copytree(kit.lab1, kit.root / "labs" / "05_dataloader2")
-    edit(kit, 'name = "dataloader"', 'name = "dataloader2"', folder="05_dataloader2")
+    shutil.copytree(kit.lab1, kit.root / "labs" / "09_dataloader2")
+    edit(kit, 'name = "dataloader"', 'name = "dataloader2"', folder="09_dataloader2")
 
 
 def a_syntax_error(kit: Kit) -> None:
@@ -73,7 +73,7 @@ BROKEN = [
      ["[workload] timed_steps must be an integer, 1 or more (got 0)"]),
     ("unknown-metric", lambda k: edit(k, 'metric = "dataloader_wait"', 'metric = "data_wait"'),
      ["[evidence] metric must be one of the checker's evidence metrics", "dataloader_wait", "'data_wait'"]),
-    ("duplicate-number", a_second_lab_1, ["number 1 is also the number of labs/05_dataloader2/lab.toml"]),
+    ("duplicate-number", a_second_lab_1, ["number 1 is also the number of labs/09_dataloader2/lab.toml"]),
     ("toml-syntax", a_syntax_error, ["not valid TOML", "line {line}"]),
 ]
 
@@ -95,7 +95,7 @@ def test_a_broken_manifest_is_named_and_blocks_no_other_lab(tmp_path, root_is, b
     root_is(kit)
 
     good, broken = labs.discover_all()
-    assert [lab.number for lab in good] == [0, 2, 3, 4]
+    assert [lab.number for lab in good] == [0, 2, 3, 4, 5]
     message = {b.folder: b.message for b in broken}[kit.lab1]
     assert message.startswith(f"{LAB1}: "), message
     for part in said:
@@ -105,7 +105,7 @@ def test_a_broken_manifest_is_named_and_blocks_no_other_lab(tmp_path, root_is, b
             labs.load(kit.lab1)
         assert str(e.value) == message
     assert [b.folder for b in labs.broken()] == [b.folder for b in broken]
-    assert [lab.number for lab in labs.discover()] == [0, 2, 3, 4]
+    assert [lab.number for lab in labs.discover()] == [0, 2, 3, 4, 5]
 
     listed = kit.run("list")
     shown = one_line(listed.stdout)
@@ -134,28 +134,28 @@ def test_two_labs_with_one_number_are_both_broken_each_naming_the_other(tmp_path
     a_second_lab_1(kit)
     root_is(kit)
     broken = {b.folder.name: b for b in labs.broken()}
-    assert set(broken) == {"01_dataloader", "05_dataloader2"}
-    assert "is also the number of labs/05_dataloader2/lab.toml" in broken["01_dataloader"].message
-    assert "is also the number of labs/01_dataloader/lab.toml" in broken["05_dataloader2"].message
-    with pytest.raises(labs.ManifestError, match="05_dataloader2"):
+    assert set(broken) == {"01_dataloader", "09_dataloader2"}
+    assert "is also the number of labs/09_dataloader2/lab.toml" in broken["01_dataloader"].message
+    assert "is also the number of labs/01_dataloader/lab.toml" in broken["09_dataloader2"].message
+    with pytest.raises(labs.ManifestError, match="09_dataloader2"):
         labs.resolve("1")
-    with pytest.raises(labs.ManifestError, match="labs/05_dataloader2/lab.toml: number 1"):
-        labs.resolve("5")  # the number its folder starts with
-    with pytest.raises(labs.ManifestError, match="labs/05_dataloader2/lab.toml: number 1"):
+    with pytest.raises(labs.ManifestError, match="labs/09_dataloader2/lab.toml: number 1"):
+        labs.resolve("9")  # the number its folder starts with
+    with pytest.raises(labs.ManifestError, match="labs/09_dataloader2/lab.toml: number 1"):
         labs.resolve("dataloader2")
-    proc = kit.run("hint", "05_dataloader2")
+    proc = kit.run("hint", "09_dataloader2")
     assert proc.returncode == 3 and "is also the number of labs/01_dataloader/lab.toml" in one_line(proc.stderr)
 
 
 def test_two_labs_with_one_name_are_both_broken(tmp_path, root_is):
     kit = make_kit(tmp_path)
-    shutil.copytree(kit.lab1, kit.root / "labs" / "05_again")
-    edit(kit, "number = 1\n", "number = 5\n", folder="05_again")
+    shutil.copytree(kit.lab1, kit.root / "labs" / "09_again")
+    edit(kit, "number = 1\n", "number = 9\n", folder="09_again")
     root_is(kit)
     broken = {b.folder.name: b.message for b in labs.broken()}
-    assert "name 'dataloader' is also the name of labs/05_again/lab.toml" in broken["01_dataloader"]
-    assert "name 'dataloader' is also the name of labs/01_dataloader/lab.toml" in broken["05_again"]
-    assert [lab.number for lab in labs.discover()] == [0, 2, 3, 4]
+    assert "name 'dataloader' is also the name of labs/09_again/lab.toml" in broken["01_dataloader"]
+    assert "name 'dataloader' is also the name of labs/01_dataloader/lab.toml" in broken["09_again"]
+    assert [lab.number for lab in labs.discover()] == [0, 2, 3, 4, 5]
 
 
 def test_every_problem_of_a_manifest_is_reported_at_once(tmp_path, root_is):
@@ -221,6 +221,12 @@ REFUSED = [
     ("latency_ms = 8", "latency_ms = 0", "[storage] latency_ms must be a number above 0 (got 0)"),
     ('folder = "photos"\n', "", "[storage] folder is missing"),
     ("[workload]", "[workloads]", "[workload] is missing"),
+    ("[speedup]", "[memory]\ncpu = 0.5\n[speedup]", "give one of [speedup] (how much faster a fix must be), "
+                                                   "[overhead] (how little slower a profiled version may be) "
+                                                   "or [memory]"),
+    ("[speedup]\ncpu = 1.5", "[memory]\ncpu = 1.5", "[memory] cpu must be a share of the original's peak memory"),
+    ("max_vs_original = 0.5", 'max_vs_original = 0.5\nnot_a_fix = { "gc.collect" = 3 }',
+     "[evidence] not_a_fix must be a table of calls"),
 ]
 
 
@@ -276,7 +282,7 @@ def test_the_grading_table_is_checked_with_the_rest(tmp_path, root_is):
 
 def test_when_no_lab_loads_list_shows_why_and_exits_3(tmp_path, root_is):
     kit = make_kit(tmp_path)
-    for folder in ("00_profiler", "01_dataloader", "02_embeddings", "03_fusion", "04_syncs"):
+    for folder in ("00_profiler", "01_dataloader", "02_embeddings", "03_fusion", "04_syncs", "05_memory"):
         edit(kit, "timeout_s = ", "timeout_s = -", folder=folder)
     root_is(kit)
     with pytest.raises(labs.ManifestError, match="04_syncs"):
@@ -286,7 +292,7 @@ def test_when_no_lab_loads_list_shows_why_and_exits_3(tmp_path, root_is):
     assert "Traceback" not in proc.stdout + proc.stderr
     shown = one_line(proc.stdout)
     assert all(f"labs/{f}/lab.toml: [workload] timeout_s must be a number above 0" in shown
-               for f in ("00_profiler", "01_dataloader", "02_embeddings", "03_fusion", "04_syncs")), shown
+               for f in ("00_profiler", "01_dataloader", "02_embeddings", "03_fusion", "04_syncs", "05_memory")), shown
 
 
 def test_an_unknown_name_is_still_a_usage_error(tmp_path):

@@ -7,7 +7,7 @@ allocator's ``Total Allocated`` just after it, and the device (``Device
 Type`` 0 for the CPU, 1 for CUDA, with its ``Device Id``). From them:
 
 * ``curve``: memory allocated over the profiled steps, per device (the
-  Profile tab's Memory view draws it);
+  Profile tab draws it under Profile › Memory);
 * ``growth``: what the steps leave allocated behind them, in MB per step:
   the blocks allocated in a profiled step before the last and still not
   freed when the last ends, on the device where they add up to most;

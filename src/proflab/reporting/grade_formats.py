@@ -336,7 +336,8 @@ def to_gradescope(result: Result) -> str:
                 "tags": [f"lab-{r.number}", check.name],
                 "visibility": "visible",
             })
-        board.append({"name": f"Lab {r.number} speed-up (×)", "value": round(g.speedup or 0.0, 3), "order": "desc"})
+        figure = "times leaner at the peak" if r.memory else "speed-up"
+        board.append({"name": f"Lab {r.number} {figure} (×)", "value": round(g.speedup or 0.0, 3), "order": "desc"})
         lines.append(_headline(g))
     for s in result.skipped:
         lines.append(f"Not graded: {s.shown}: {s.reason}")
@@ -366,6 +367,8 @@ def _headline(g: Graded) -> str:
     word = {PASSED: "passed", FAILED: "failed", INCONCLUSIVE: "inconclusive (too noisy to call)"}.get(
         r.verdict, "not graded")
     speed = f", {g.speedup:.2f}× (threshold {r.threshold:g}×)" if g.speedup and r.threshold else ""
+    if check_report.peak_share(r):
+        speed = f", {check_report.peak_share(r)}"
     points = f"{_score(g)} points" if g.graded else "no points given"
     return (f"Lab {r.number} · {r.title} ({g.submission.shown}): {word}{speed}, {points}"
             + (f": {r.error}" if not g.graded else ""))
@@ -390,7 +393,7 @@ def _cell(g: Graded) -> str:
     if r.verdict == FAILED and stopped:
         parts[0] += f" [dim]({_shown(stopped.name)})[/]"
     if g.speedup:
-        parts.append(f"{g.speedup:.2f}×")
+        parts.append(f"peak {1 / g.speedup:.0%}" if check_report.peak_share(r) else f"{g.speedup:.2f}×")
     if g.graded:
         parts.append(_score(g))
     return " ".join(parts)

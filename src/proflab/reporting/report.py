@@ -49,6 +49,14 @@ def busy_note(report: Report) -> str:
             f"over {cmp['rounds']} rounds; {held}.")
 
 
+def peak_share(report: Report) -> str:
+    """A lab graded on memory: the learner's peak as a share of the original's, and the lab's limit; else ""."""
+    cmp, share = report.comparison or {}, (report.memory or {}).get("share")
+    if not share or not cmp.get("speedup"):
+        return ""
+    return f"peak {1 / cmp['speedup']:.0%} of the original's (at most {share:.0%})"
+
+
 def to_markdown(report: Report) -> str:
     """The report as Markdown, for TensorBoard's Text dashboard."""
     from ..measuring.breakdown import HOST_PARTS, LABELS
@@ -63,7 +71,11 @@ def to_markdown(report: Report) -> str:
     for c in report.checks:
         measured = c.actual if c.status != SKIPPED else "an earlier check failed"
         lines.append(f"| {c.title} | {_WORD[c.status]} | {_cell(c.expected)} | {_cell(measured)} |")
-    if report.comparison:
+    if report.comparison and peak_share(report):
+        m = report.memory
+        rounds = ", ".join(f"{o:.0f} → {n:.0f}" for o, n in zip(m["original"], m["learner"]))
+        lines += ["", f"**Peak memory:** {peak_share(report).removeprefix('peak ')} · per round {rounds} MB · {m.get('measured', '')}"]
+    elif report.comparison:
         cmp = report.comparison
         interval = (f"95% interval {cmp['ci_low']:.2f}–{cmp['ci_high']:.2f}× · " if cmp.get("ci_high") else "")
         lines += ["", f"**Speed-up:** {cmp['speedup']:.2f}× (threshold {report.threshold:g}×) · {interval}"
