@@ -106,6 +106,7 @@ def main() -> None:
         speedups = {v: [] for v in passing}
         rounds = {v: [] for v in passing}
         noises = []
+        peaks: dict[str, list[float]] = {"original": [], "learner": []}  # a lab graded on memory, MB
         evidence_seen: list[str] = []
         report = None
         for i in range(0 if args.overhead_only else args.repeats):
@@ -123,10 +124,13 @@ def main() -> None:
                     rounds[version].append(report["comparison"]["rounds"])
                     if version == "solution":
                         noises.append(report["comparison"]["noise"])
+                        for which in peaks if report.get("memory") else ():
+                            peaks[which] += report["memory"][which]
                 if version == "solution" and report and report.get("evidence"):
                     ev = report["evidence"]
                     evidence_seen.append(f"{ev['original']['value']:g} → {ev['learner']['value']:g} {ev['unit']}")
-                shown = f" ({speedups[version][-1]:.2f}×)" if speedups[version] else ""
+                shown = (f" (peak {1 / speedups[version][-1]:.0%})" if lab.leaner else
+                         f" ({speedups[version][-1]:.2f}×)") if speedups[version] else ""
                 line.append(f"{version} {verdicts[-1][1]}{shown}")
             print(f"  lab {lab.number} repeat {i + 1}/{args.repeats}: " + ", ".join(line), flush=True)
         over = {which: overhead(lab, file, args.repeats)
@@ -142,14 +146,24 @@ def main() -> None:
         for version in passing:
             if walls[version]:
                 print(f"| `proflab check {name} --file {passing[version].name}`, wall s | {spread(walls[version])} |")
-            if speedups[version]:
+            if speedups[version] and lab.leaner:
+                print(f"| {version} peak, share of the original's | "
+                      f"{spread([1 / x for x in speedups[version]])} |")
+                print(f"| {version}: paired rounds measured | {spread(rounds[version])} |")
+            elif speedups[version]:
                 print(f"| {version} speed-up, × | {spread(speedups[version])} |")
                 print(f"| {version}: paired rounds measured | {spread(rounds[version])} |")
+        if peaks["original"]:
+            print(f"| peak memory of a run (outside, RSS), original, MB | {spread(peaks['original'])} |")
+            print(f"| peak memory of a run (outside, RSS), solution, MB | {spread(peaks['learner'])} |")
+            print(f"| limit on {figures_device(report)} | at most {lab.peak_share(figures_device(report)):.0%} "
+                  "of the original's peak |")
         if noises:
             print(f"| noise reported for the solution (MAD/median) | median ±{stats.median(noises):.1%} |")
         if evidence_seen:
             print(f"| evidence ({lab.evidence.label}), original → solution | {'; '.join(sorted(set(evidence_seen)))} |")
-            print(f"| threshold on {figures_device(report)} | {lab.threshold(figures_device(report)):g}× |")
+            if not lab.leaner:
+                print(f"| threshold on {figures_device(report)} | {lab.threshold(figures_device(report)):g}× |")
         if verdicts:
             print(f"| wrong or inconclusive verdicts | {wrong} of {len(verdicts)} |")
         for which, o in over.items():

@@ -2,7 +2,7 @@
 # The CUDA acceptance of every lab, in one run on a machine with a GPU:
 # each lab's untouched exercise and reference fix checked on cuda (verdicts,
 # speed-ups against the cuda thresholds, the evidence from the traces), the
-# alternative fixes of lab 3, the profiler's overhead, and lab 0's (the
+# alternative fixes of labs 3 and 5 (lab 5: peak device memory read by nvidia-smi), the profiler's overhead, and lab 0's (the
 # learner's own profile, its window against profiling everything). Writes the table to
 # benchmarks/results/<date>-cuda.md (and the raw figures beside it).
 #
@@ -16,5 +16,7 @@ python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no C
   python benchmarks/bench_checks.py --labs 1 2 4 --repeats "$repeats" --device cuda --json-out "$out-labs.json"
   python benchmarks/bench_checks.py --labs 3 --repeats "$repeats" --device cuda --json-out "$out-lab3.json" \
     --also tests/learner_files/lab3_compile.py tests/learner_files/lab3_mix.py
+  python benchmarks/bench_checks.py --labs 5 --repeats "$repeats" --device cuda --json-out "$out-lab5.json" \
+    --also tests/learner_files/lab5_inference_mode.py tests/learner_files/lab5_detach.py
   python benchmarks/bench_lab0.py --rounds 3 --device cuda
 } | tee "$out.md"

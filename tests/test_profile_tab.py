@@ -172,7 +172,7 @@ def test_memory_kept_per_step_climbs_in_the_leak_and_not_in_its_fix(board):
     fix = get(board, "/memory", run=f"{MEMORY_LAB}/reference")
     assert leak["devices"]["cpu"]["kept_mb_per_step"] > 5 and fix["devices"]["cpu"]["kept_mb_per_step"] < 0.5
     ends = leak["devices"]["cpu"]["step_end_mb"]
-    assert ends[-1] - ends[0] > 100  # two evaluations' graphs, ~97 MB each, in the 8 profiled steps
+    assert ends[-1] - ends[0] > 100  # two evaluations' graphs, ~90 MB each, in the 8 profiled steps
     assert leak["kept"][0]["name"].startswith("aten::") and not fix["kept"]
 
 

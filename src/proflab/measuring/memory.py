@@ -193,8 +193,8 @@ def growth(trace: Trace) -> Measure:
     top = kept(trace, marks)
     names = ", ".join(f"{r['name']} {r['kept_mb']:.1f} MB" for r in top[:3] if r["kept_mb"] >= 0.05)
     curve_ = ends.get(device, [0.0])
-    summary = (f"{per_step:.1f} MB per step kept on {device}, never freed "
-               f"(allocated: {curve_[0] / MB:.0f} → {curve_[-1] / MB:.0f} MB at the ends of {len(trace.steps)} steps)")
+    summary = (f"{per_step:.1f} MB per step kept on {device}, never freed (allocated since the profiler "
+               f"started: {curve_[0] / MB:.0f} → {curve_[-1] / MB:.0f} MB over the {len(trace.steps)} steps)")
     if names:
         summary += f"; most from {names}"
     return Measure(value=round(per_step, 2), unit="MB per step", summary=summary,
