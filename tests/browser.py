@@ -146,7 +146,7 @@ document.querySelector(`#views button[data-view="${view}"]`).click();
 
 
 def profile_view(driver, base: str, out: Path, view: str, run: str | None = None, before: str | None = None,
-                 after: str | None = None) -> Path:
+                 after: str | None = None, name: str | None = None) -> Path:
     """The kit's Profile tab inside TensorBoard, on ``view`` (and the runs asked for), once it has drawn."""
     driver.get(f"{base}/#proflab_profile")
     driver.switch_to.frame(plugin_frame(driver, "proflab_profile"))
@@ -162,7 +162,7 @@ def profile_view(driver, base: str, out: Path, view: str, run: str | None = None
     finally:
         driver.switch_to.default_content()
     time.sleep(1)
-    path = out / f"tensorboard-profile-{view}.png"
+    path = out / (name or f"tensorboard-profile-{view}.png")
     driver.save_screenshot(str(path))
     return path
 
@@ -425,6 +425,10 @@ def lab_timeline(lab: str, out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
         path = timeline(driver, f"http://127.0.0.1:{port}", out, f"trace-timeline-{found.slug}.png")
         print(f"wrote {path}")
+        if found.leaner:  # a lab graded on memory: its original's climb, in Profile › Memory
+            path = profile_view(driver, f"http://127.0.0.1:{port}", out, "memory", run=f"{found.slug}/original",
+                                name=f"tensorboard-profile-memory-{found.slug}.png")
+            print(f"wrote {path}")
     finally:
         driver.quit()
         tensorboard.stop(proc)
