@@ -182,7 +182,8 @@ def submission_record(graded: Graded) -> dict[str, Any]:
         "exit_code": r.exit_code,
         "score": graded.score,
         "max_score": graded.max_score,
-        "speedup": graded.speedup,
+        "speedup": graded.speedup,  # in a lab graded on memory: how many times leaner at the peak
+        "peak_share": round(1 / graded.speedup, 4) if r.memory.get("share") and graded.speedup else None,
         "threshold": r.threshold,
         "device": r.device,
         "error": r.error,
@@ -272,7 +273,9 @@ def to_junit(result: Result) -> str:
             slug = g.submission.lab.slug
             shown = [("file", g.submission.shown), ("verdict", g.report.verdict),
                      ("score", _score(g))]
-            if g.speedup:
+            if g.speedup and g.report.memory.get("share"):
+                shown.append(("peak_share", f"{1 / g.speedup:.3f}"))
+            elif g.speedup:
                 shown.append(("speedup", f"{g.speedup:.3f}"))
             for key, value in shown:
                 ET.SubElement(props, "property", name=f"{slug}.{key}", value=_x(value))
