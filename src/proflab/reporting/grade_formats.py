@@ -201,6 +201,7 @@ def submission_record(graded: Graded) -> dict[str, Any]:
         "latency": r.latency,
         "evidence": r.evidence,
         "breakdown": r.breakdown,
+        "memory": r.memory,  # a lab graded on memory: every run's peak, read from outside it
         "traces": r.traces,
         "output": r.output,
         "traceback": r.traceback,
