@@ -185,3 +185,23 @@ def test_the_peak_is_seen_from_outside_even_when_the_process_resets_its_high_wat
     figures = watch.figures("cpu", None)
     assert figures["peak_mb"] > 300 and "/proc" in figures["measured"]
     assert watch.figures("cuda", None)["peak_mb"] is None  # no figure from the driver: none is taken
+
+
+def test_a_class_record_gives_the_peak_share_not_a_speed_up(lab5_solution):
+    """``proflab grade``'s JSON record and summary of a lab graded on memory, from the reference's real report."""
+    from proflab import labs
+    from proflab.grading.checks import Report
+    from proflab.grading.grade import Graded, Points, Submission
+    from proflab.reporting import grade_formats, report as check_report
+
+    _, data = lab5_solution
+    r = Report.from_dict(data)
+    lab = labs.resolve("memory")
+    graded = Graded(Submission("ada", lab, lab.solution, "ada/5.py"), r,
+                    [Points(c.name, 1.0, 1.0) for c in r.checks])
+    record = grade_formats.submission_record(graded)
+    assert record["peak_share"] == pytest.approx(1 / record["speedup"], rel=1e-3)
+    assert record["peak_share"] < 0.6
+    assert record["memory"]["original"] and record["memory"]["learner"]
+    assert check_report.peak_share(r).startswith("peak ") and "of the original's (at most 60%)" in check_report.peak_share(r)
+    assert "Peak memory:" in check_report.to_markdown(r) and "Speed-up" not in check_report.to_markdown(r)
