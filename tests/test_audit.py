@@ -62,7 +62,9 @@ REFUSED = [
     # Where gc is open for gc.collect (lab 5), the rest of it is not: it reaches every object of the process.
     ("import gc\ngc.collect()\ngc.get_objects()", 3, "builtin", ["gc_collect"]),
     ("from gc import get_referrers", 1, "builtin", ["gc_collect"]),
-    ("import gc\ng = gc\ng.freeze()", 3, "builtin", ["gc_collect"]),
+    ("import gc\ng = gc\ng.freeze()", 2, "builtin", ["gc_collect"]),
+    ("import gc\ndef f(m):\n    return m.get_objects()\nf(gc)", 4, "builtin", ["gc_collect"]),
+    ("import gc\n[gc][0].get_referrers(1)", 2, "builtin", ["gc_collect"]),
     ("import inspect", 1, "import"),
     ("import atexit", 1, "import"),
     ("import signal", 1, "import"),

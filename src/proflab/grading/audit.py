@@ -353,6 +353,7 @@ class _Audit(ast.NodeVisitor):
         self.own_names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
         self.own_names |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
         self.checked_calls: set[int] = set()  # getattr/hasattr names already checked as calls
+        self.gc_collect: set[int] = set()  # names bound to gc, used as `gc.collect` (the one use of gc allowed)
         self.findings: dict[tuple[int, str], Finding] = {}
 
     def add(self, node: ast.AST, rule: str, name: str, template: str | None = None, reason: str = "") -> None:
@@ -446,6 +447,8 @@ class _Audit(ast.NodeVisitor):
             self.add(node, "patch", ast.unparse(node))
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr == "collect" and isinstance(node.value, ast.Name) and self.bound.get(node.value.id) == "gc":
+            self.gc_collect.add(id(node.value))
         self.check_attribute(node, node.value, node.attr)
         if not isinstance(node.ctx, ast.Load):
             self.check_store(node)
@@ -458,6 +461,11 @@ class _Audit(ast.NodeVisitor):
 
     def visit_Name(self, node: ast.Name) -> None:
         name = node.id
+        if self.bound.get(name) == "gc" and isinstance(node.ctx, ast.Load) and id(node) not in self.gc_collect:
+            # gc passed along (to a function, into a list, to another name) could reach past gc.collect
+            self.add(node, "builtin", name, _USE + "gc may only be used as gc.collect(); passed along, gc "
+                                              "reaches every object of the process, the checker's own among them")
+            return
         if name in _OVERRIDES:
             self.add(node, "override", name)
         elif not isinstance(node.ctx, ast.Load):

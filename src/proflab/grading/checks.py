@@ -620,10 +620,13 @@ def _stop_reason(lab: labs.Lab, report: Report, done: int, elapsed_s: float) -> 
     Another round is run while the speed-up is too close to the threshold to
     call, up to the lab's round limit and while it fits in its time budget.
     """
-    if lab.leaner and None in _series(lab, report)[0] + _series(lab, report)[1]:
-        return "decided"  # a peak that could not be read: no more rounds will read it
-    cmp = stats.compare(*_series(lab, report))
-    if cmp.decide(lab.threshold(report.device)) != stats.UNCLEAR:
+    if lab.leaner:
+        decision, _kind, _cmp = _memory_decision(lab, report)
+        if decision == "unreadable":
+            return "decided"  # a peak that could not be read: no more rounds will read it
+        if decision not in (stats.UNCLEAR, "too few"):
+            return "decided"
+    elif stats.compare(*_series(lab, report)).decide(lab.threshold(report.device)) != stats.UNCLEAR:
         return "decided"
     if done >= lab.workload.round_limit:
         return "round limit"
@@ -825,34 +828,78 @@ def _own_profile(lab: labs.Lab, report: Report, proof: Check, run: execute.Outco
     return True
 
 
-def _series(lab: labs.Lab, report: Report) -> tuple[list, list]:
-    """What the fourth check compares, paired by round: step times, or (a lab graded on memory) peaks."""
+def _series(lab: labs.Lab, report: Report, kind: str = "host") -> tuple[list, list]:
+    """What the fourth check compares, paired by round: step times, or (a lab graded on memory) the peaks
+    of ``kind`` ("host", "device") of the unprofiled runs."""
     if lab.leaner:
-        return report.memory.get("original", []), report.memory.get("learner", [])
+        prefix = "" if kind == "host" else "device_"
+        return report.memory.get(prefix + "original", []), report.memory.get(prefix + "learner", [])
     return report.timings["original"], report.timings["learner"]
 
 
 def _record_peaks(report: Report, originals: list[execute.Outcome], learners: list[execute.Outcome]) -> None:
-    def peak(run: execute.Outcome) -> float | None:
-        return (run.result.get("memory") or {}).get("peak_mb")
+    """Each round's peaks, as read from outside the runs. The first round's runs are profiled (with
+    profile_memory, which keeps its own records): only the unprofiled rounds after it compare like with like."""
+    def figures(run: execute.Outcome) -> dict:
+        return run.result.get("memory") or {}
 
-    report.memory.update(original=[peak(o) for o in originals], learner=[peak(o) for o in learners])
-    figures = learners[0].result.get("memory") or {}
-    report.memory["measured"] = figures.get("measured", "")
-    report.memory["source"] = figures.get("device_source") or "/proc/PID/status: VmRSS summed, VmHWM"
-    report.memory["runs"] = {"original": [o.result.get("memory") for o in originals],
-                             "learner": [o.result.get("memory") for o in learners]}
+    later = list(zip(originals, learners))[1:]
+    report.memory.update(original=[figures(o).get("peak_mb") for o, _ in later],
+                         learner=[figures(m).get("peak_mb") for _, m in later])
+    if any(figures(run).get("device_graded") for pair in zip(originals, learners) for run in pair):
+        report.memory.update(device_original=[figures(o).get("device_peak_mb") for o, _ in later],
+                             device_learner=[figures(m).get("device_peak_mb") for _, m in later])
+    first = figures(learners[0])
+    report.memory["measured"] = first.get("measured", "")
+    report.memory["source"] = "/proc/PID/status: VmRSS summed, VmHWM" + (
+        f"; {first['device_source']}" if first.get("device_source") else "")
+    report.memory["runs"] = {"original": [figures(o) for o in originals], "learner": [figures(m) for m in learners]}
+
+
+def _memory_decision(lab: labs.Lab, report: Report) -> tuple[str, str, stats.Comparison | None]:
+    """A lab graded on memory: (decision, the kind that decides, its comparison). Every kind of peak
+    graded must pass; the worse one is the one reported. "too few": no unprofiled round yet;
+    "unreadable": a peak that could not be read from outside."""
+    kinds = ["host"] + (["device"] if "device_original" in report.memory else [])
+    share = lab.peak_share(report.device)
+    worst: tuple[str, str, stats.Comparison | None] | None = None
+    order = {stats.FAIL: 0, stats.UNCLEAR: 1, stats.PASS: 2}
+    for kind in kinds:
+        original, learner = _series(lab, report, kind)
+        if not original:
+            return "too few", kind, None
+        if any(v is None or v <= 0 for v in original + learner):
+            return "unreadable", kind, None
+        cmp = stats.compare(original, learner)
+        decision = cmp.decide(1.0 / share)
+        if worst is None or (order[decision], cmp.speedup) < (order[worst[0]], worst[2].speedup):
+            worst = (decision, kind, cmp)
+    return worst
+
+
+def _calls(path: Path) -> set[str]:
+    """The functions a file calls, as written (``gc.collect``, ``torch.cuda.empty_cache``, ``collect``)."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return set()
+    return {ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
 
 
 def _not_a_fix(lab: labs.Lab, file: Path) -> list[str]:
-    """Why the calls the learner added that look like a fix are none (the lab's ``[evidence.not_a_fix]``)."""
+    """Why the calls the learner added that look like a fix are none (the lab's ``[evidence.not_a_fix]``):
+    a call the file makes and the original does not, named in full or by its last part (``collect`` after
+    ``from gc import collect``)."""
     if lab.evidence is None or not lab.evidence.not_a_fix:
         return []
-    try:
-        mine, theirs = file.read_text(encoding="utf-8-sig"), lab.original.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return []
-    return [f"{call}: {why}" for call, why in lab.evidence.not_a_fix if call in mine and call not in theirs]
+    mine, theirs = _calls(file), _calls(lab.original)
+
+    def calls(names: set[str], key: str) -> bool:
+        return any(n == key or n.endswith("." + key) or key.endswith("." + n) for n in names)
+
+    return [f"{key}: {why}" for key, why in lab.evidence.not_a_fix if calls(mine, key) and not calls(theirs, key)]
 
 
 def _faster(lab: labs.Lab, report: Report, faster: Check, file: Path | None = None) -> None:
@@ -919,28 +966,36 @@ def _overhead(lab: labs.Lab, report: Report, faster: Check, cmp: stats.Compariso
 
 
 def _leaner(lab: labs.Lab, report: Report, faster: Check, file: Path | None) -> None:
-    """A lab graded on memory (lab 5): the run's peak, read from outside it, against the original's."""
+    """A lab graded on memory (lab 5): the runs' peaks, read from outside them, against the original's."""
     share = lab.peak_share(report.device)
-    original, learner = _series(lab, report)
     report.memory["share"] = share
     expected = f"a peak of at most {share:.0%} of the original's on {report.device}"
-    if None in original + learner:
-        faster.inconclusive("the peak memory could not be read from outside the run on this machine "
-                            f"({report.memory.get('measured') or 'no figure'}): the checker does not take "
-                            "a run's own word for it", expected, "no figure",
-                            "on CUDA the checker reads the device's memory with nvidia-smi: put it on the PATH")
+    decision, kind, cmp = _memory_decision(lab, report)
+    if decision == "too few":
+        faster.inconclusive("no unprofiled round was measured: the first round's runs are profiled, and their "
+                            "peaks hold the profiler's own records", expected, "no figure",
+                            "check again with --rounds 2 or more")
         return
-    cmp = stats.compare(original, learner)  # the "speed-up" of peaks: how many times leaner
+    if decision == "unreadable":
+        where = ("the device's memory, from the driver (nvidia-smi)" if kind == "device"
+                 else "the run's memory, from /proc")
+        tool = ("put NVIDIA's nvidia-smi on the PATH" if kind == "device" and not shutil.which("nvidia-smi")
+                else "nvidia-smi listed no figure for the run's processes (MIG or vGPU?)" if kind == "device"
+                else "the checker needs to read /proc/PID/status of the run's processes")
+        faster.inconclusive(f"the peak memory could not be read from outside the run: {where}; the checker does "
+                            "not take a run's own word for it", expected, "no figure", tool)
+        return
+    original, learner = _series(lab, report, kind)
     report.comparison = cmp.as_dict()
     report.threshold = lab.threshold(report.device)
     ratio = 1.0 / cmp.speedup
+    what = "device memory, from the driver" if kind == "device" else "host memory (RSS, every process), from /proc"
     rounds = ", ".join(f"{o:.0f} → {m:.0f}" for o, m in zip(original, learner))
     measured = (f"peak {stats.median(original):.0f} MB → {stats.median(learner):.0f} MB "
-                f"(median of {cmp.rounds} runs each; per round: {rounds} MB), {ratio:.0%} of the original's; "
-                f"{report.memory.get('measured', '')}")
+                f"(median of {cmp.rounds} unprofiled runs each; per round: {rounds} MB), {ratio:.0%} of the "
+                f"original's; {what}")
     interval = (f"95% interval {1 / cmp.ci_high:.0%}–{1 / cmp.ci_low:.0%}" if cmp.rounds > 1 and cmp.ci_low > 0
                 else "one round: no interval")
-    decision = cmp.decide(report.threshold)
     if decision == stats.PASS:
         faster.passed(f"your version's peak is {ratio:.0%} of the original's over {cmp.rounds} paired rounds "
                       f"({interval})", expected, measured)

@@ -14,8 +14,11 @@ Two figures, both read by the checker's process, never reported by the run:
   (``nvidia-smi --query-compute-apps``), sampled in a thread; where the
   driver lists none of the run's processes (a container with its own PID
   namespace), the growth of the device's used memory since the run started.
-  The run's own ``torch.cuda.max_memory_reserved()`` is only a floor: the
-  learner's process could report less.
+  The run's own ``torch.cuda.max_memory_reserved()`` is kept for reference
+  and never graded: the learner's process could report less.
+
+On CUDA both are graded, the host's and the device's, and the worse ratio
+decides: a leak moved from the device to the host is still a leak.
 
 A run forked from the fork server starts with the server's pages (torch,
 imported once): every version of a check starts from the same ones, so the
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SAMPLE_S = 0.02  # how often a memory-graded run's processes are looked at
-DEVICE_SAMPLE_S = 0.1  # how often the driver is asked (each ask costs tens of ms)
+DEVICE_SAMPLE_S = 0.1  # the pause between two asks of the driver (each ask itself takes tens of ms)
 
 
 def kb(path: str, field_name: str) -> int | None:
@@ -112,22 +115,24 @@ class Watch:
         if self.device is not None:
             self.device.stop()
 
-    def figures(self, run_device: str, reported_device_mb: float | None) -> dict[str, float | str | None]:
-        """What the report keeps: the graded peak (``peak_mb``) for the device the run used, and how it was read."""
-        out: dict[str, float | str | None] = {
-            "host_peak_mb": round(self.host_peak_mb, 1), "rss_peak_mb": round(self.rss_peak_kb / 1024, 1),
-            "hwm_peak_mb": round(self.hwm_peak_kb / 1024, 1), "samples": self.samples}
-        if run_device.startswith("cuda"):
-            seen = self.device.peak_mb if self.device is not None else None
-            source = self.device.source if self.device is not None else None
-            figures = [v for v in (seen, reported_device_mb) if v is not None]
-            out.update(device_peak_mb=round(max(figures), 1) if figures else None,
-                       device_source=source or ("the run's own report only" if figures else None),
-                       peak_mb=round(max(figures), 1) if seen is not None else None,
-                       measured="device memory, from the driver")
-        else:
-            out.update(peak_mb=round(self.host_peak_mb, 1), measured="host memory (RSS, every process), from /proc")
-        return out
+    def figures(self, run_device: str, reported_device_mb: float | None) -> dict[str, float | str | bool | None]:
+        """What the report keeps of one run: its host peak (``peak_mb``), always graded; its device peak
+        as the driver saw it (``device_peak_mb``), graded too when the run says it ran on CUDA or the
+        driver saw memory of its processes (the run's word for its device is not taken alone). A figure
+        that could not be read is None, never 0; the run's own report is kept for reference only."""
+        host = self.host_peak_mb
+        device = self.device.peak_mb if self.device is not None else None
+        return {
+            "peak_mb": round(host, 1) if host > 0 else None,
+            "rss_peak_mb": round(self.rss_peak_kb / 1024, 1), "hwm_peak_mb": round(self.hwm_peak_kb / 1024, 1),
+            "samples": self.samples,
+            "device_peak_mb": round(device, 1) if device else None,
+            "device_graded": run_device.startswith("cuda") or bool(device),
+            "device_source": self.device.source if self.device is not None else None,
+            "reported_device_mb": round(reported_device_mb, 1) if reported_device_mb is not None else None,
+            "measured": "host memory (RSS, every process), from /proc"
+                        + ("; device memory, from the driver" if run_device.startswith("cuda") or device else ""),
+        }
 
 
 _APPS = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
@@ -172,11 +177,11 @@ class DeviceWatch(threading.Thread):
     def sample(self) -> None:
         mine = {str(pid) for pid in self.watch.members}
         rows = [r for r in _ask(_APPS) if len(r) >= 2 and r[0] in mine]
-        if rows:
-            used = sum(v for r in rows if (v := _number(r[1])) is not None)
-            self.per_process_mb = max(self.per_process_mb or 0.0, used)
+        values = [v for r in rows if (v := _number(r[1])) is not None]  # "[N/A]" (MIG, vGPU) is no figure
+        if values and sum(values) > 0:
+            self.per_process_mb = max(self.per_process_mb or 0.0, sum(values))
         used_now = self._used_mb()
-        if used_now is not None and self._base_mb is not None:
+        if used_now is not None and self._base_mb is not None and used_now - self._base_mb > 0:
             self.growth_mb = max(self.growth_mb or 0.0, used_now - self._base_mb)
 
     def stop(self) -> None:
