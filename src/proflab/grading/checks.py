@@ -111,8 +111,9 @@ class Report:
     step_times: dict[str, list[float]] = field(default_factory=lambda: {"original": [], "learner": []})
     latency: dict[str, dict[str, float]] = field(default_factory=dict)  # per-step median and p95, ms
     breakdown: dict[str, dict[str, Any]] = field(default_factory=dict)  # where a profiled step's time went
-    # A lab graded on memory: each run's peak, in MB, read from outside it ("original", "learner": one per
-    # run; "measured": how), with the share of the original's peak the lab allows
+    # A lab graded on memory: the peaks, in MB, read from outside the runs ("original", "learner": one per
+    # unprofiled round; "device_*" likewise on CUDA; "runs": every run's figures; "measured", "source":
+    # how), with the share of the original's peak the lab allows ("share")
     memory: dict[str, Any] = field(default_factory=dict)
     traces: dict[str, str] = field(default_factory=dict)
     trace_sha256: dict[str, str] = field(default_factory=dict)  # as each run sent it, the moment it was written
@@ -620,11 +621,8 @@ def _stop_reason(lab: labs.Lab, report: Report, done: int, elapsed_s: float) -> 
     Another round is run while the speed-up is too close to the threshold to
     call, up to the lab's round limit and while it fits in its time budget.
     """
-    if lab.leaner:
-        decision, _kind, _cmp = _memory_decision(lab, report)
-        if decision == "unreadable":
-            return "decided"  # a peak that could not be read: no more rounds will read it
-        if decision not in (stats.UNCLEAR, "too few"):
+    if lab.leaner:  # decided, or a peak that could not be read (no more rounds will read it)
+        if _memory_decision(lab, report)[0] not in (stats.UNCLEAR, "too few"):
             return "decided"
     elif stats.compare(*_series(lab, report)).decide(lab.threshold(report.device)) != stats.UNCLEAR:
         return "decided"
@@ -861,7 +859,6 @@ def _memory_decision(lab: labs.Lab, report: Report) -> tuple[str, str, stats.Com
     graded must pass; the worse one is the one reported. "too few": no unprofiled round yet;
     "unreadable": a peak that could not be read from outside."""
     kinds = ["host"] + (["device"] if "device_original" in report.memory else [])
-    share = lab.peak_share(report.device)
     worst: tuple[str, str, stats.Comparison | None] | None = None
     order = {stats.FAIL: 0, stats.UNCLEAR: 1, stats.PASS: 2}
     for kind in kinds:
@@ -871,7 +868,7 @@ def _memory_decision(lab: labs.Lab, report: Report) -> tuple[str, str, stats.Com
         if any(v is None or v <= 0 for v in original + learner):
             return "unreadable", kind, None
         cmp = stats.compare(original, learner)
-        decision = cmp.decide(1.0 / share)
+        decision = cmp.decide(lab.threshold(report.device))  # 1 / the lab's share
         if worst is None or (order[decision], cmp.speedup) < (order[worst[0]], worst[2].speedup):
             worst = (decision, kind, cmp)
     return worst

@@ -61,11 +61,12 @@ def curve(trace: Trace) -> dict[str, Any]:
         d["allocated_mb"].append(allocated)
         if allocated > d["peak_mb"]:
             d["peak_mb"], d["peak_t_ms"] = allocated, d["t_ms"][-1]
-    kept_by_device = kept_per_step(trace, marks)
+    outliving = _outliving(trace, marks)  # one pass over the events, for both figures below
+    kept_by_device = kept_per_step(outliving, len(steps))
     for device, ends in _step_ends(marks, steps).items():
         devices[device]["step_end_mb"] = [round(v / MB, 3) for v in ends]
         devices[device]["kept_mb_per_step"] = round(kept_by_device.get(device, 0.0), 3)
-    return {"recorded": True, "devices": devices, "top": allocators(trace, marks), "kept": kept(trace, marks),
+    return {"recorded": True, "devices": devices, "top": allocators(trace, marks), "kept": kept(outliving, len(steps)),
             "step_starts_ms": [(s.ts - first) / 1000.0 for s in steps]}
 
 
@@ -143,27 +144,26 @@ def _outliving(trace: Trace, marks: list[dict[str, Any]]) -> list[tuple[str, flo
     return [(key[0], size, name) for key, (size, name, ts) in live.items() if ts < last_start]
 
 
-def kept(trace: Trace, marks: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """The operators whose allocations outlive the profiled steps, in MB per step (over the steps before
-    the last): where the memory that stays allocated came from."""
-    marks = events(trace) if marks is None else marks
+def kept(outliving: list[tuple[str, float, str]], steps: int) -> list[dict[str, Any]]:
+    """The operators whose allocations outlive the profiled steps (``_outliving``), in MB per step over
+    the ``steps`` profiled steps before the last: where the memory that stays allocated came from."""
     held: dict[str, float] = defaultdict(float)
     blocks: dict[str, int] = defaultdict(int)
-    for _device, size, name in _outliving(trace, marks):
+    for _device, size, name in outliving:
         held[name] += size
         blocks[name] += 1
-    before = max(len(trace.steps) - 1, 1)
+    before = max(steps - 1, 1)
     rows = [{"name": n, "kept_mb": held[n] / MB / before, "blocks": blocks[n] / before} for n in held
             if held[n] / MB / before >= KEPT_LISTED_MB]
     return sorted(rows, key=lambda r: -r["kept_mb"])[:15]
 
 
-def kept_per_step(trace: Trace, marks: list[dict[str, Any]]) -> dict[str, float]:
+def kept_per_step(outliving: list[tuple[str, float, str]], steps: int) -> dict[str, float]:
     """Per device, the MB per step that the profiled steps before the last left allocated at the end."""
     per_device: dict[str, float] = defaultdict(float)
-    for device, size, _name in _outliving(trace, marks):
+    for device, size, _name in outliving:
         per_device[device] += size
-    before = max(len(trace.steps) - 1, 1)
+    before = max(steps - 1, 1)
     return {device: total / MB / before for device, total in per_device.items()}
 
 
@@ -186,11 +186,12 @@ def growth(trace: Trace) -> Measure:
     if not marks:
         raise TraceError(f"{trace.path.name} holds no memory events: it was recorded without "
                          "profile_memory=True, or by a PyTorch that records none on this device")
-    per_device = kept_per_step(trace, marks) or {device_of(marks[0]["args"]): 0.0}
+    outliving = _outliving(trace, marks)
+    per_device = kept_per_step(outliving, len(trace.steps)) or {device_of(marks[0]["args"]): 0.0}
     device = max(per_device, key=lambda d: per_device[d])
     per_step = per_device[device]
     ends = _step_ends(marks, trace.steps)
-    top = kept(trace, marks)
+    top = kept(outliving, len(trace.steps))
     names = ", ".join(f"{r['name']} {r['kept_mb']:.1f} MB" for r in top[:3] if r["kept_mb"] >= 0.05)
     curve_ = ends.get(device, [0.0])
     summary = (f"{per_step:.1f} MB per step kept on {device}, never freed (allocated since the profiler "
