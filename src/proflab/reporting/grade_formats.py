@@ -198,6 +198,7 @@ def submission_record(graded: Graded) -> dict[str, Any]:
         "stopped": r.stopped,
         "timings": r.timings,
         "step_times": r.step_times,
+        "first_step": r.first_step,
         "latency": r.latency,
         "evidence": r.evidence,
         "breakdown": r.breakdown,
