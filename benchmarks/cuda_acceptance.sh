@@ -2,7 +2,8 @@
 # The CUDA acceptance of every lab, in one run on a machine with a GPU:
 # each lab's untouched exercise and reference fix checked on cuda (verdicts,
 # speed-ups against the cuda thresholds, the evidence from the traces), the
-# alternative fixes of labs 3 and 5 (lab 5: peak device memory read by nvidia-smi), the profiler's overhead, and lab 0's (the
+# alternative fixes of labs 3, 5 and 6 (lab 5: peak device memory read by nvidia-smi; lab 6: a torchrun
+# job of two ranks, nccl with a GPU each, gloo on one GPU), the profiler's overhead, and lab 0's (the
 # learner's own profile, its window against profiling everything). Writes the table to
 # benchmarks/results/<date>-cuda.md (and the raw figures beside it).
 #
@@ -18,5 +19,7 @@ python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no C
     --also tests/learner_files/lab3_compile.py tests/learner_files/lab3_mix.py
   python benchmarks/bench_checks.py --labs 5 --repeats "$repeats" --device cuda --json-out "$out-lab5.json" \
     --also tests/learner_files/lab5_inference_mode.py tests/learner_files/lab5_detach.py
+  python benchmarks/bench_checks.py --labs 6 --repeats "$repeats" --device cuda --json-out "$out-lab6.json" \
+    --also tests/learner_files/lab6_no_sync_small_buckets.py tests/learner_files/lab6_by_hand.py
   python benchmarks/bench_lab0.py --rounds 3 --device cuda
 } | tee "$out.md"

@@ -65,6 +65,12 @@ REFUSED = [
     ("import gc\ng = gc\ng.freeze()", 2, "builtin", ["gc_collect"]),
     ("import gc\ndef f(m):\n    return m.get_objects()\nf(gc)", 4, "builtin", ["gc_collect"]),
     ("import gc\n[gc][0].get_referrers(1)", 2, "builtin", ["gc_collect"]),
+    # Where torch.distributed is open (lab 6, a torchrun job), what starts processes or reaches other machines is not.
+    ("import torch.distributed as dist\ndist.all_reduce(x)", 1, "processes"),
+    ("from torch.distributed.run import main", 1, "processes", ["distributed"]),
+    ("import torch.distributed.elastic.multiprocessing as mp", 1, "processes", ["distributed"]),
+    ("import torch.distributed as dist\ndist.rpc.init_rpc('w')", 2, "processes", ["distributed"]),
+    ("import torch.multiprocessing as mp", 1, "processes", ["distributed"]),
     ("import inspect", 1, "import"),
     ("import atexit", 1, "import"),
     ("import signal", 1, "import"),
@@ -213,6 +219,8 @@ ALLOWED = [
     ("from pathlib import Path\nwith open(Path('f')) as f:\n    f.read()\nimport torch\ntorch.save(x, 'f')", ["files"]),
     ("import os, sys, os.path\nos.environ['X']\nsys.argv", ["os"]),
     ("import gc\nfrom gc import collect\ngc.collect()\ncollect()", ["gc_collect"]),
+    ("import torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+     "dist.init_process_group('gloo')\ndist.all_reduce(x)\ndist.destroy_process_group()", ["distributed"]),
 ]
 
 
@@ -238,5 +246,5 @@ def test_every_rule_a_finding_carries_is_explained():
     rules = {case[2] for case in REFUSED}
     assert rules <= RULES.keys()
     assert all(RULES[r] for r in rules)
-    assert set(ALLOWANCES) == {"threads", "processes", "os", "files", "profiler", "gc_collect"}
+    assert set(ALLOWANCES) == {"threads", "processes", "os", "files", "profiler", "gc_collect", "distributed"}
     assert all(ALLOWANCES.values())

@@ -95,7 +95,7 @@ def test_a_broken_manifest_is_named_and_blocks_no_other_lab(tmp_path, root_is, b
     root_is(kit)
 
     good, broken = labs.discover_all()
-    assert [lab.number for lab in good] == [0, 2, 3, 4, 5]
+    assert [lab.number for lab in good] == [0, 2, 3, 4, 5, 6]
     message = {b.folder: b.message for b in broken}[kit.lab1]
     assert message.startswith(f"{LAB1}: "), message
     for part in said:
@@ -105,7 +105,7 @@ def test_a_broken_manifest_is_named_and_blocks_no_other_lab(tmp_path, root_is, b
             labs.load(kit.lab1)
         assert str(e.value) == message
     assert [b.folder for b in labs.broken()] == [b.folder for b in broken]
-    assert [lab.number for lab in labs.discover()] == [0, 2, 3, 4, 5]
+    assert [lab.number for lab in labs.discover()] == [0, 2, 3, 4, 5, 6]
 
     listed = kit.run("list")
     shown = one_line(listed.stdout)
@@ -155,7 +155,7 @@ def test_two_labs_with_one_name_are_both_broken(tmp_path, root_is):
     broken = {b.folder.name: b.message for b in labs.broken()}
     assert "name 'dataloader' is also the name of labs/09_again/lab.toml" in broken["01_dataloader"]
     assert "name 'dataloader' is also the name of labs/01_dataloader/lab.toml" in broken["09_again"]
-    assert [lab.number for lab in labs.discover()] == [0, 2, 3, 4, 5]
+    assert [lab.number for lab in labs.discover()] == [0, 2, 3, 4, 5, 6]
 
 
 def test_every_problem_of_a_manifest_is_reported_at_once(tmp_path, root_is):
@@ -282,7 +282,7 @@ def test_the_grading_table_is_checked_with_the_rest(tmp_path, root_is):
 
 def test_when_no_lab_loads_list_shows_why_and_exits_3(tmp_path, root_is):
     kit = make_kit(tmp_path)
-    for folder in ("00_profiler", "01_dataloader", "02_embeddings", "03_fusion", "04_syncs", "05_memory"):
+    for folder in ("00_profiler", "01_dataloader", "02_embeddings", "03_fusion", "04_syncs", "05_memory", "06_distributed"):
         edit(kit, "timeout_s = ", "timeout_s = -", folder=folder)
     root_is(kit)
     with pytest.raises(labs.ManifestError, match="04_syncs"):
@@ -292,7 +292,7 @@ def test_when_no_lab_loads_list_shows_why_and_exits_3(tmp_path, root_is):
     assert "Traceback" not in proc.stdout + proc.stderr
     shown = one_line(proc.stdout)
     assert all(f"labs/{f}/lab.toml: [workload] timeout_s must be a number above 0" in shown
-               for f in ("00_profiler", "01_dataloader", "02_embeddings", "03_fusion", "04_syncs", "05_memory")), shown
+               for f in ("00_profiler", "01_dataloader", "02_embeddings", "03_fusion", "04_syncs", "05_memory", "06_distributed")), shown
 
 
 def test_an_unknown_name_is_still_a_usage_error(tmp_path):

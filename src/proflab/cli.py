@@ -170,7 +170,8 @@ def cmd_run(args) -> int:
     with _status(doing), checks.workspace("run-") as work:
         copy = checks.snapshot(file, work / "file")  # what is profiled, even if the file is saved meanwhile
         outcome = execute.run(lab, copy, label, device=args.device, trace_dir=work / "trace", table=True,
-                              record_shapes=args.record_shapes,
+                              # a distributed lab's shapes give the bytes each all-reduce sends
+                              record_shapes=args.record_shapes or lab.distributed is not None,
                               # a lab about memory profiles it always
                               profile_memory=args.profile_memory or bool(lab.leaner),
                               with_stack=args.with_stack, timeout_s=args.timeout, workdir=file.parent,
@@ -178,7 +179,11 @@ def cmd_run(args) -> int:
         for key in ("traceback", "message", "file"):
             if isinstance(outcome.result.get(key), str):
                 outcome.result[key] = outcome.result[key].replace(str(copy), str(file))
-        if outcome.ok and outcome.result.get("trace"):
+        if outcome.ok and outcome.result.get("rank_traces"):  # a torchrun job: every rank's, one worker each
+            published = traces.publish_all([t for t in outcome.result["rank_traces"] if t], checks.trace_dir(lab, label))
+            outcome.result["rank_traces"] = [str(t) for t in published]
+            outcome.result["trace"] = str(published[0])
+        elif outcome.ok and outcome.result.get("trace"):
             outcome.result["trace"] = str(traces.publish(outcome.result["trace"], checks.trace_dir(lab, label)))
     if outcome.status == "kit":
         raise errors.KitError(outcome.result["message"])
@@ -209,9 +214,13 @@ def cmd_run(args) -> int:
         return 1
     table = r.get("table") or {}
     if table:
-        out.print(f"\n[dim]prof.key_averages().table(sort_by=\"{table['sort_by']}\") over the profiled steps:[/]")
+        of_rank = f" of rank 0 (of {r['ranks']})" if r.get("ranks") else ""
+        out.print(f"\n[dim]prof.key_averages().table(sort_by=\"{table['sort_by']}\") over the profiled steps"
+                  f"{of_rank}:[/]")
         out.print(escape(table["text"]), soft_wrap=True)
-        if r.get("trace"):
+        if r.get("rank_traces"):
+            _communication(r["rank_traces"])
+        elif r.get("trace"):
             _memory_kept(r["trace"]) if lab.leaner else _host_reads(r["trace"])
     if r.get("memory"):
         m = r["memory"]
@@ -227,11 +236,33 @@ def cmd_run(args) -> int:
     _summaries(lambda: summaries.write_step_times(lab, label, r["step_times"]))
     progress.safely(lambda: progress.remember_run(lab.slug, label),
                     "the run was not remembered for proflab tensorboard")
-    if r.get("trace"):
+    if r.get("rank_traces"):
+        for rank, trace in enumerate(r["rank_traces"]):
+            size = Path(trace).stat().st_size / 1e6
+            out.print(f"Trace of rank {rank}: {escape(paths.display(trace))} ({size:.1f} MB)")
+        out.print(f"Open them: [bold]proflab tensorboard[/]   [dim](run '{lab.slug}/{label}', one worker per "
+                  "rank)[/]")
+    elif r.get("trace"):
         size = Path(r["trace"]).stat().st_size / 1e6
         out.print(f"Trace: {escape(paths.display(r['trace']))} ({size:.1f} MB)")
         out.print(f"Open it: [bold]proflab tensorboard[/]   [dim](run '{lab.slug}/{label}')[/]")
     return 0
+
+
+def _communication(rank_traces: list[str]) -> None:
+    """Under the table of a distributed job: each rank's all-reduce calls and time spent talking per step."""
+    from .measuring import breakdown, evidence
+
+    for rank, path in enumerate(rank_traces):
+        try:
+            trace = evidence.load(path)
+        except (evidence.TraceError, OSError):
+            continue
+        calls, b = evidence.allreduce_calls(trace), breakdown.of(trace)
+        share = b.comm_ms / b.step_ms if b.step_ms else 0.0
+        out.print(f"[dim]Rank {rank}, per profiled step:[/] {escape(calls.summary)}; communication "
+                  f"{b.comm_ms:.1f} ms of {b.step_ms:.1f} ms ({share:.0%})  [dim](TensorBoard › Profile › "
+                  "Overview, each rank)[/]", soft_wrap=True)
 
 
 def _host_reads(trace_path: str) -> None:

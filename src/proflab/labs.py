@@ -186,6 +186,18 @@ class Storage:
 
 
 @dataclass(frozen=True)
+class Distributed:
+    """A lab run as a torchrun job (``[distributed]``): ``nproc`` ranks on this machine, each the kit's
+    runner. Every rank's values are compared with the same rank's of the original; ``same_on_every_rank``
+    names the values all ranks must hold alike (the weights, kept in sync by the all-reduce), and
+    ``own_on_each_rank`` those each rank computes from its own share of the samples (the loss)."""
+
+    nproc: int = 2
+    same_on_every_rank: tuple[str, ...] = ()
+    own_on_each_rank: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Audit:
     """What the source audit allows in this lab's files beyond the default (``[audit] allow``),
     and what it refuses beyond it (``[audit] refuse``); names from ``proflab.grading.audit``."""
@@ -251,6 +263,7 @@ class Lab:
     # outside the run, at most this share of the original's, per device; the threshold is then the
     # factor 1 / share by which the original's peak exceeds the learner's.
     leaner: dict[str, float] = field(default_factory=dict)
+    distributed: Distributed | None = None  # a torchrun job of several ranks ([distributed], lab 6)
 
     @property
     def slug(self) -> str:
@@ -373,6 +386,7 @@ _TOP: Spec = {
     "grading": (_TABLE, False),
     "storage": (_TABLE, False),
     "audit": (_TABLE, False),
+    "distributed": (_TABLE, False),
 }
 _FILES: Spec = {
     "original": (_FILE, False),
@@ -425,6 +439,8 @@ def _answer_spec() -> Spec:
     return {"question": (_TEXT, True), "metric": (metric, True), "where": (_TEXT, True),
             "tolerance": (_NOT_NEGATIVE, False)}
 _STORAGE: Spec = {"folder": (_FOLDER, True), "latency_ms": (_POSITIVE, True)}
+_DISTRIBUTED: Spec = {"nproc": (_integer(2), True), "same_on_every_rank": (_TEXTS, False),
+                      "own_on_each_rank": (_TEXTS, False)}
 
 
 def _evidence_spec() -> Spec:
@@ -580,6 +596,10 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
     grading = _grading(top["grading"], p) if "grading" in top else Grading()
     storage = p.table(top["storage"], "storage", _STORAGE) if "storage" in top else None
     audit = p.table(top["audit"], "audit", _audit_spec()) if "audit" in top else {}
+    distributed = p.table(top["distributed"], "distributed", _DISTRIBUTED) if "distributed" in top else None
+    for key in (*(distributed or {}).get("same_on_every_rank", ()), *(distributed or {}).get("own_on_each_rank", ())):
+        if key not in {rule.key for rule in rules}:
+            p.add("distributed", f"names '{key}', which is not one of the lab's [results]")
 
     if p.lines:
         return None
@@ -609,6 +629,10 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
         answers=tuple(answers),
         overhead={device: float(value) for device, value in overhead.items()},
         leaner={device: float(value) for device, value in leaner.items()},
+        distributed=Distributed(nproc=distributed["nproc"],
+                                same_on_every_rank=tuple(distributed.get("same_on_every_rank", ())),
+                                own_on_each_rank=tuple(distributed.get("own_on_each_rank", ())))
+        if distributed is not None and "nproc" in distributed else None,
     )
 
 

@@ -74,6 +74,8 @@ ALLOWANCES: dict[str, str] = {
     "files": "open(), pathlib and io, torch.load and torch.save (for the kit's test-only calibration lab)",
     "profiler": "torch.profiler and torch.autograd.profiler beyond record_function",
     "gc_collect": "gc.collect(), and nothing else of gc (a lab on memory: trying it is part of the lesson)",
+    "distributed": "torch.distributed's process groups and collectives (a lab run as a torchrun job), not its "
+                   "launchers, elastic agents or RPC, which start processes of their own",
 }
 
 # What a lab's manifest may refuse beyond the default (``[audit] refuse``).
@@ -150,6 +152,7 @@ _ALLOWANCE_ROOTS = {
     "files": ("pathlib", "io"),
     "profiler": (),
     "gc_collect": ("gc",),
+    "distributed": (),
 }
 
 # Dotted names refused wherever they appear (imports and attribute chains): the first prefix that
@@ -164,8 +167,14 @@ _PATHS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "numpy.load", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt", "numpy.loadtxt",
         "numpy.genfromtxt", "numpy.fromfile", "numpy.memmap", "torchvision.io.write_file",
         "torchvision.io.write_png", "torchvision.io.write_jpeg", "torchvision.io.write_video")),
+    # torch.distributed where a lab is a torchrun job: its process groups and collectives, never what starts
+    # processes (torchrun is the checker's) or reaches other machines.
     *((p, "processes", ("processes",), "") for p in (
-        "torch.multiprocessing", "torch.distributed", "multiprocessing", "concurrent.futures.ProcessPoolExecutor",
+        "torch.distributed.run", "torch.distributed.launch", "torch.distributed.launcher", "torch.distributed.elastic",
+        "torch.distributed.rpc", "torch.distributed.autograd")),
+    ("torch.distributed", "processes", ("processes", "distributed"), ""),
+    *((p, "processes", ("processes",), "") for p in (
+        "torch.multiprocessing", "multiprocessing", "concurrent.futures.ProcessPoolExecutor",
         "concurrent.futures.process")),
     *((p, "threads", ("threads",), "") for p in (
         "concurrent.futures.ThreadPoolExecutor", "concurrent.futures.thread", "threading", "queue",

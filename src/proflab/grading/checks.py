@@ -120,6 +120,9 @@ class Report:
     memory: dict[str, Any] = field(default_factory=dict)
     traces: dict[str, str] = field(default_factory=dict)
     trace_sha256: dict[str, str] = field(default_factory=dict)  # as each run sent it, the moment it was written
+    # A torchrun job's traces, every rank's in order ("traces" holds rank 0's), with their fingerprints
+    rank_traces: dict[str, list[str]] = field(default_factory=dict)
+    rank_trace_sha256: dict[str, list[str]] = field(default_factory=dict)
     file_sha256: str = ""  # of the copy of the learner's file taken when the check started: what was graded
     audited: bool = True  # False only when the source audit was turned off (the kit's own tests)
     refused: list[dict[str, Any]] = field(default_factory=list)  # what the source audit refused, line by line
@@ -214,11 +217,12 @@ def runtime_failure(check: Check, outcome: execute.Outcome, lab: labs.Lab, timeo
         check.failed(f"{name} defines no pipeline(cfg)", "a function pipeline(cfg) that yields once per step",
                      "no such function", "keep the function name and signature of the exercise")
     elif kind in ("exception", "bad_yield", "not_generator"):
-        step = f" at step {r['step']}" if "step" in r else ""
+        step = (f" on rank {r['rank']}" if "rank" in r else "") + (f" at step {r['step']}" if "step" in r else "")
         check.failed(f"{place}: your pipeline raised an error{step}", "every step runs",
                      r.get("message", ""), "look at the line shown; --verbose prints the full traceback", details)
     elif kind == "timeout":
-        check.failed(f"{name} did not finish within the time limit ({timeout:g} s)", f"under {timeout:g} s",
+        ranks = f": {r['ranks_at']}" if r.get("ranks_at") else ""  # a torchrun job: where each rank stopped
+        check.failed(f"{name} did not finish within the time limit ({timeout:g} s){ranks}", f"under {timeout:g} s",
                      "still running, stopped", "look for an endless loop or a wait that never returns; "
                      "`proflab run` shows how far it gets")
     elif kind == "background":
@@ -361,6 +365,9 @@ def _tampering(original: Path, lab: labs.Lab, data: Path | None, data_print: dic
 
 def _publish_traces(lab: labs.Lab, label: str, report: Report) -> None:
     """The traces read for the verdict, moved from the check's private folder to its TensorBoard runs."""
+    if report.rank_traces:
+        _publish_rank_traces(lab, label, report)
+        return
     if report.traces.get("original") and report.traces.get("original") == report.traces.get("learner"):
         source = Path(report.traces["learner"])  # one run stood for both (an unchanged file): a copy for each
         if source.exists():
@@ -376,6 +383,26 @@ def _publish_traces(lab: labs.Lab, label: str, report: Report) -> None:
                                                                         else label)))
         except OSError:
             report.traces.pop(which)  # the verdict stands; only its view in TensorBoard is missing
+
+
+def _publish_rank_traces(lab: labs.Lab, label: str, report: Report) -> None:
+    """A torchrun job's traces: every rank's into the version's TensorBoard run, one worker per rank."""
+    same = report.rank_traces.get("original") == report.rank_traces.get("learner")
+    for which in ("original", "learner"):
+        paths = [p for p in report.rank_traces.get(which, []) if p and Path(p).exists()]
+        if not paths:
+            continue
+        if same and which == "original":  # one job stood for both (an unchanged file): a copy for each
+            copies = Path(paths[0]).parent / "original"
+            copies.mkdir(exist_ok=True)
+            paths = [shutil.copyfile(p, copies / Path(p).name) for p in paths]
+        try:
+            published = traces.publish_all(paths, trace_dir(lab, "original" if which == "original" else label))
+        except OSError:
+            report.traces.pop(which, None)  # the verdict stands; only its view in TensorBoard is missing
+            continue
+        report.rank_traces[which] = [str(p) for p in published]
+        report.traces[which] = str(published[0])
 
 
 def name_the_file(report: Report, snapshot_path: Path, file: Path) -> None:
@@ -450,6 +477,11 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
         if outcome.ok and first and outcome.result.get("trace"):
             report.traces[which] = outcome.result["trace"]
             report.trace_sha256[which] = outcome.result.get("trace_sha256") or ""
+            if lab.distributed is not None:
+                report.rank_traces[which] = list(outcome.result.get("rank_traces") or [])
+                report.rank_trace_sha256[which] = list(outcome.result.get("rank_trace_sha256") or [])
+                loaded.update({f"{which}@{rank}": t for rank, t in enumerate(outcome.rank_traces) if t is not None})
+                outcome.rank_traces = []
             if outcome.trace is not None:
                 loaded[which] = outcome.trace
                 outcome.trace = None
@@ -492,17 +524,18 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                                     "this is a problem of the kit or the machine, not of your fix")
                     report.traceback = outcome.result.get("traceback", "") or outcome.stderr
                     return
-                if originals and (diff := compare.compare(_expected(originals[0], outcome), outcome.result["results"], lab.results)):
+                if originals and (diff := _differs(lab, originals[0], outcome)):
                     report.verdict = "error"
                     report.error = f"two runs of the original disagree ({diff.message}): the lab is not deterministic here"
                     return
-                if originals:
-                    outcome.result.pop("results")  # compared: only the first run's values are kept
+                if originals:  # compared: only the first run's values are kept
+                    outcome.result.pop("results")
+                    outcome.result.pop("rank_results", None)
                 originals.append(outcome)
         report.device = device
 
         for run in learners[len(report.timings["learner"]):]:
-            diff = compare.compare(_expected(originals[0], run), run.result["results"], lab.results)
+            diff = _differs(lab, originals[0], run)
             unread = (run.result.get("storage") or {}).get("unread")
             if diff is not None or unread:
                 runs.passed(f"{Path(file).name} ran all {lab.workload.total_steps} steps",
@@ -517,6 +550,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                 report.verdict = FAILED
                 return
             run.result.pop("results")  # compared: the checker's memory does not grow with every run's values
+            run.result.pop("rank_results", None)
         allowance = first_step_allowance(lab, originals)
         report.timings["original"] = [counted_step_s(o, allowance) for o in originals]
         report.timings["learner"] = [counted_step_s(o, allowance) for o in learners]
@@ -558,16 +592,29 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
 
 def _as_original(run: execute.Outcome, report: Report, loaded: dict[str, evidence.Trace]) -> execute.Outcome:
     """The run of a file that is the original, byte for byte, taken as the original's run too."""
-    for table in (report.traces, report.trace_sha256, loaded):
+    for table in (report.traces, report.trace_sha256, report.rank_traces, report.rank_trace_sha256, loaded):
         if "learner" in table:
             table["original"] = table["learner"]
-    return replace(run, version="original", result={**run.result, "results": list(run.result["results"])})
+    for key in [k for k in loaded if k.startswith("learner@")]:
+        loaded["original@" + key.split("@", 1)[1]] = loaded[key]
+    values = {"results": list(run.result["results"])}
+    if "rank_results" in run.result:
+        values["rank_results"] = [list(v) for v in run.result["rank_results"]]
+    return replace(run, version="original", result={**run.result, **values})
 
 
 def _expected(first_original: execute.Outcome, run: execute.Outcome) -> list[dict]:
     """The values the original's first run yielded, for as many steps as ``run`` was asked for (a later
     run stops after its timed steps: its values are held to the original's first ones)."""
     return first_original.result["results"][:run.steps_asked]
+
+
+def _differs(lab: labs.Lab, first_original: execute.Outcome, run: execute.Outcome) -> compare.Difference | None:
+    """Where ``run``'s values differ from the original's first run's (a torchrun job's: rank by rank)."""
+    if lab.distributed is None:
+        return compare.compare(_expected(first_original, run), run.result["results"], lab.results)
+    expected = [values[:run.steps_asked] for values in first_original.result["rank_results"]]
+    return compare.compare_ranks(expected, run.result.get("rank_results"), lab.results, lab.distributed)
 
 
 def _refused(lab: labs.Lab, file: Path, report: Report, runs: Check) -> bool:
@@ -707,12 +754,16 @@ def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.
         return False
     changed = [which for which, path in report.traces.items()
                if labs.sha256(Path(path)) != report.trace_sha256.get(which)]
+    changed += [which for which, paths in report.rank_traces.items()
+                if [labs.sha256(Path(p)) if p else "" for p in paths] != report.rank_trace_sha256.get(which)]
     if changed:
         proof.failed("the trace was changed after the profiler wrote it", "the trace as the profiler wrote it",
                      "a different file", "leave the trace files alone: the checker reads them as they were written")
         return False
     try:  # each trace read once, for every figure taken from it
         traces = {which: loaded.get(which) or evidence.load(path) for which, path in report.traces.items()}
+        ranked = {which: [loaded.get(f"{which}@{rank}") or evidence.load(path) for rank, path in enumerate(paths)]
+                  for which, paths in report.rank_traces.items()}  # a torchrun job's: every rank's
     except evidence.TraceError as e:
         proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
         return False
@@ -734,14 +785,14 @@ def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.
                          "not in the warm-up steps, not from a cache")
             return False
     try:
-        original = evidence.measure(ev.metric, traces["original"])
+        original = _measure(ev.metric, traces["original"], ranked.get("original"))
     except evidence.TraceError as e:  # the kit's own profile of the original: this torch records no such figure
         raise NotGraded(f"the original's trace has no {ev.label} to compare with ({e})") from None
     except KeyError as e:
         proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
         return False
     try:
-        learner = evidence.measure(ev.metric, traces["learner"])
+        learner = _measure(ev.metric, traces["learner"], ranked.get("learner"))
     except (KeyError, evidence.TraceError) as e:
         proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable",
                      "leave torch.profiler and the trace files as they are")
@@ -764,6 +815,17 @@ def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.
                  f"(the original: {format_value(original.value, ev.unit)})",
                  expected, actual, why[0] if why else f"{ev.where}; {where_to_look(lab)}", details=why)
     return False
+
+
+def _measure(metric: str, trace: evidence.Trace, ranks: list[evidence.Trace] | None) -> evidence.Measure:
+    """A trace's figure; a torchrun job's is its ranks' worst (the highest), each rank's said."""
+    if not ranks:
+        return evidence.measure(metric, trace)
+    each = [evidence.measure(metric, t) for t in ranks]
+    worst = max(each, key=lambda m: m.value)
+    return evidence.Measure(value=worst.value, unit=worst.unit,
+                            summary="; ".join(f"rank {rank}: {m.summary}" for rank, m in enumerate(each)),
+                            details={**worst.details, "ranks": float(len(each))})
 
 
 def _own_profile(lab: labs.Lab, report: Report, proof: Check, run: execute.Outcome,

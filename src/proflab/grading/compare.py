@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..labs import ResultRule
+from ..labs import Distributed, ResultRule
 
 
 @dataclass(frozen=True)
@@ -79,4 +79,44 @@ def _compare(original: list[dict], learner: list[dict], rules: Sequence[ResultRu
                 return Difference(step, rule.key, f"step {step}: {rule.what} ('{rule.key}') differs{where}: "
                                   f"{_fmt(g['data'][i])}, the original {_fmt(w['data'][i])} "
                                   f"(must match {bound})", rule.hint)
+    return None
+
+
+def compare_ranks(original: list[list[dict]], learner: Any, rules: Sequence[ResultRule],
+                  distributed: Distributed) -> Difference | None:
+    """A torchrun job's values against the original's, rank by rank, and between its own ranks.
+
+    First what the ranks must hold alike (``same_on_every_rank``: the weights, which the all-reduce
+    keeps in sync): ranks that differ trained apart. Then what each rank computes from its own share
+    of the samples (``own_on_each_rank``): every rank with the same values, where the original's
+    differ, trained on the same samples. Then each rank against the same rank of the original.
+    """
+    try:
+        if not isinstance(learner, list) or not all(isinstance(values, list) for values in learner):
+            raise TypeError("not a list of ranks' values")
+        if len(learner) != len(original):
+            return Difference(0, "", f"{len(learner)} ranks reported their values, the original's job "
+                              f"{len(original)}")
+        by_key = {rule.key: rule for rule in rules}
+        for key in distributed.same_on_every_rank:
+            rule = by_key[key]
+            for rank in range(1, len(learner)):
+                apart = _compare(learner[0], learner[rank], [rule])
+                if apart is not None:
+                    return Difference(apart.step, key, f"step {apart.step}: rank {rank}'s {rule.what} differs from "
+                                      "rank 0's: the ranks trained apart. Average the gradients of every rank "
+                                      "before each optimizer step (DDP's all-reduce)", rule.hint)
+        for key in distributed.own_on_each_rank:
+            rule = by_key[key]
+            alike = all(_compare(learner[0], learner[r], [rule]) is None for r in range(1, len(learner)))
+            if alike and any(_compare(original[0], original[r], [rule]) is not None for r in range(1, len(original))):
+                return Difference(0, key, f"every rank computed the same {rule.what} at every step: every rank "
+                                  "trained on the same samples. Each rank must train on its own share of them "
+                                  "(a DistributedSampler)", rule.hint)
+        for rank, (want, got) in enumerate(zip(original, learner)):
+            diff = _compare(want, got, rules)
+            if diff is not None:
+                return Difference(diff.step, diff.key, f"rank {rank}, {diff.message}", diff.hint)
+    except (TypeError, KeyError, ValueError, IndexError, AttributeError):
+        return Difference(0, "", "the values its ranks yielded are not in the form the kit's runner records them")
     return None

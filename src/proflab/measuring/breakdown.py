@@ -13,7 +13,11 @@ that never overlap, taken in this order:
     other             the rest: Python between operators, the profiler's own work
 
 Device time (kernels, copies, memsets on the GPU) runs alongside the host and
-is reported beside the host parts, as the device's busy time per step.
+is reported beside the host parts, as the device's busy time per step; so is
+communication between the ranks of a distributed job (``comm_ms``): the time
+covered by collectives as their backend runs them (``gloo:all_reduce`` ranges
+on gloo's threads, ``nccl…`` kernels on the device), which overlaps the
+backward pass it serves.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class Breakdown:
     host_ms: dict[str, float]  # HOST_PARTS, summing to step_ms
     device_busy_ms: float
     steps: int
+    comm_ms: float = 0.0  # per step, time covered by collectives (a distributed job's ranks talking)
 
     def share(self, part: str) -> float:
         return self.host_ms[part] / self.step_ms if self.step_ms else 0.0
@@ -85,9 +90,12 @@ def of(trace: Trace) -> Breakdown:
     ops = [e for e in trace.events if e.cat in HOST_OP_CATEGORIES and not e.name.startswith("ProfilerStep#")
            and not e.name.startswith(DATALOADER_PREFIX) and e.name not in SYNC_NAMES]
     device = _merge([(e.ts, e.end) for e in trace.events if e.cat in DEVICE_CATEGORIES])
+    comm = [e for e in trace.events if _is_collective(e)]
 
     totals = dict.fromkeys(HOST_PARTS, 0.0)
+    talking = 0.0
     for step in steps:
+        talking += _length(_clip(comm, step))
         taken: list[Interval] = []
         for part, events in (("DataLoader wait", dataloader), ("syncs", syncs), ("CPU ops", ops)):
             mine = _subtract(_clip(events, step), taken)
@@ -100,4 +108,14 @@ def of(trace: Trace) -> Breakdown:
         host_ms={part: value / n / 1000.0 for part, value in totals.items()},
         device_busy_ms=_length(device) / n / 1000.0,
         steps=n,
+        comm_ms=talking / n / 1000.0,
     )
+
+
+# How a collective shows in a trace as its backend runs it: gloo's ranges on its own threads, NCCL's kernels.
+COLLECTIVE_PREFIXES = ("gloo:", "nccl:")
+
+
+def _is_collective(e: Event) -> bool:
+    return (e.cat in ("user_annotation", "cpu_op") and e.name.startswith(COLLECTIVE_PREFIXES)) or \
+        (e.cat == "kernel" and e.name.startswith("nccl"))

@@ -432,6 +432,53 @@ def work_flops(trace: Trace, ops: tuple[str, ...]) -> Measure:
                    details={"flops_per_step": per_step, "calls_per_step": len(calls) / max(n, 1), "steps": float(n)})
 
 
+# The operator a collective call is, whichever backend runs it (gloo or nccl): c10d's own.
+ALLREDUCE_OPS = ("c10d::allreduce_", "c10d::allreduce_coalesced_")
+GRADIENT_BYTES = 4  # per element: the trace records a collective's tensors' shapes, not their dtype (float32 here)
+
+
+def allreduce_calls(trace: Trace) -> Measure:
+    """All-reduce calls per step: every ``c10d::allreduce_`` inside a ``ProfilerStep#``, on any thread.
+
+    DDP calls one per bucket at every backward pass that is not under
+    ``no_sync()``; an all-reduce by hand is one call too. The megabytes sent
+    are read from each call's recorded shapes (the tensors of its list), at
+    ``GRADIENT_BYTES`` per element, and reported beside the count.
+    """
+    n = len(trace.steps)
+    calls = trace.within_steps(lambda e: e.cat == "cpu_op" and e.name in ALLREDUCE_OPS)
+    sent, shapes = 0.0, False
+    for e in calls:
+        dims = (e.args or {}).get("Input Dims") or []
+        tensors = dims[0] if dims and isinstance(dims[0], list) else []
+        shapes = shapes or bool(tensors)
+        sent += sum(_numel(t) for t in tensors if isinstance(t, list)) * GRADIENT_BYTES
+    per_step = len(calls) / n if n else 0.0
+    summary = f"{per_step:.3g} all-reduce calls per step"
+    details = {"calls_per_step": per_step, "steps": float(n)}
+    if shapes:  # recorded with record_shapes=True (the checker's profile always is)
+        details["mb_per_step"] = sent / n / 1e6
+        summary += f", {details['mb_per_step']:.1f} MB per step"
+    return Measure(value=round(per_step, 2), unit="calls", summary=summary, details=details)
+
+
+def allreduce_traffic(trace: Trace) -> Measure:
+    """The gradients all-reduced per step, in MB (``allreduce_calls``' megabytes; its calls beside them).
+
+    What an all-reduce after every micro-batch multiplies is the traffic: the
+    same gradients, sent once per micro-batch instead of once per optimizer
+    step. Larger buckets send them in fewer calls, not fewer bytes.
+    """
+    calls = allreduce_calls(trace)
+    if "mb_per_step" not in calls.details:
+        if calls.value == 0:
+            return Measure(value=0.0, unit="MB", summary=calls.summary + ", 0 MB per step",
+                           details={**calls.details, "mb_per_step": 0.0})
+        raise TraceError("the trace records no shapes of its all-reduce calls: profile with record_shapes=True")
+    return Measure(value=round(calls.details["mb_per_step"], 2), unit="MB", summary=calls.summary,
+                   details=calls.details)
+
+
 def memory_growth(trace: Trace) -> Measure:
     """What each profiled step leaves allocated behind it, in MB per step (``memory.growth``)."""
     from .memory import growth
@@ -446,6 +493,7 @@ METRICS: dict[str, Callable[[Trace], Measure]] = {
     "elementwise_traffic": elementwise_traffic,
     "host_syncs": host_syncs,
     "memory_growth": memory_growth,
+    "allreduce_traffic": allreduce_traffic,
 }
 
 

@@ -93,15 +93,24 @@ def publish(trace: str | Path, folder: str | Path) -> Path:
     ``grade``) never delete each other's. Once read, a trace replaces the ones
     in its run folder, under a lock on the lab's runs folder.
     """
+    return publish_all([trace], folder)[0]
+
+
+def publish_all(found: list[str | Path], folder: str | Path) -> list[Path]:
+    """``publish`` for the traces of one run's several workers (a torchrun job's ranks): together,
+    they replace what the run folder held."""
     import fcntl
     import shutil
 
-    trace, folder = Path(trace), Path(folder)
+    folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    moved = []
     with open(folder.parent / ".lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         for old in folder.glob("*.pt.trace.json*"):
             old.unlink(missing_ok=True)
-        target = folder / trace.name
-        shutil.move(str(trace), target)
-    return target
+        for trace in map(Path, found):
+            target = folder / trace.name
+            shutil.move(str(trace), target)
+            moved.append(target)
+    return moved

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import errors, labs, paths, quiet
-from . import forkserver, memory, processes, storage
+from . import forkserver, memory, processes, storage, torchrun
 
 OUTPUT_TAIL_CHARS = 4000
 POLL_S = 0.25  # how often a running lab's memory is looked at
@@ -65,6 +65,7 @@ class Outcome:
     wall_s: float = 0.0
     returncode: int | None = None
     trace: Any = field(default=None, repr=False)  # the trace, read and checked once (an evidence.Trace)
+    rank_traces: list[Any] = field(default_factory=list, repr=False)  # a torchrun job's: every rank's, in order
     steps_asked: int = 0  # the steps the run was to take: warm-up, timed and profiled
 
     @property
@@ -107,7 +108,8 @@ FORK = True
 def _start(server, scratch: Path, spec: dict[str, Any], env: dict[str, str], workdir: Path, out, err,
            mark_fd: int):
     """The run's first process: forked by ``server``, or (with no server, or one that fails to fork)
-    a fresh ``python -m proflab.running.runner SPEC``."""
+    a fresh ``python -m proflab.running.runner SPEC``. A distributed lab's starts its torchrun job
+    (``torchrun``)."""
     if server is not None:
         try:
             return server.spawn(scratch / "spec.json", workdir, env, out.fileno(), err.fileno(), mark_fd)
@@ -211,6 +213,11 @@ def run(
         "preimport": _mentions(file, "compile", "optim"),
         **(steps or {}),
     }
+    if lab.distributed is not None:  # a torchrun job: each rank fills in its number (runner._for_rank)
+        spec.update(nproc=lab.distributed.nproc, mark_fifo=str(scratch / "marks-{rank}"),
+                    result_path=str(scratch / "result-{rank}.json"), worker_name="rank{rank}",
+                    stack_path=str(scratch / "stack-{rank}.txt"), pid_path=str(scratch / "pid-{rank}"),
+                    launch_path=str(scratch / "launch.json"), all_threads=False)
     env = run_env(lab)
     service = None
     try:
@@ -332,11 +339,15 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
     workdir = Path(workdir or os.getcwd())
     processes.become_subreaper()  # what the run starts and orphans is re-parented here, not to init
     # Before the run's siblings are counted: the server is this process's child, not the run's.
+    nproc = int(spec.get("nproc") or 0)  # a torchrun job of nproc ranks, each marking through its FIFO
     server, shared = forkserver.server_for(env, (storage.ENV_VAR,), preload, _scratch_dir()) if FORK \
         else (None, False)
     read_end, write_end = os.pipe()
     spec["mark_fd"] = forkserver.MARK_FD if server is not None else write_end
+    marks = Marks()
+    child: dict[str, processes.Tree] = {}
     try:
+        fifo_paths = torchrun.fifos(scratch, nproc)
         (scratch / "spec.json").write_text(json.dumps(spec))
         out_file, err_file = open(scratch / "stdout.txt", "wb"), open(scratch / "stderr.txt", "wb")
     except OSError as e:
@@ -346,9 +357,10 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
         raise errors.KitError(errors.describe(e, "write")) from None
     result_path = Path(spec["result_path"])
     out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
-    marks = Marks()
-    child: dict[str, processes.Tree] = {}
-    reader = threading.Thread(target=_read_marks, args=(read_end, marks, child), daemon=True)
+    readers = [threading.Thread(target=_read_marks, args=(read_end, marks, child), daemon=True)]
+    rank_marks = [Marks() for _ in range(nproc)]  # a torchrun job's: every rank's, each from its FIFO
+    ranks_read = [torchrun.reader(path, lambda fd, m=m: _read_marks(fd, m, child))
+                  for path, m in zip(fifo_paths, rank_marks)]
     others = processes.children_of_mine()
     started = time.perf_counter()
     proc = tree = None
@@ -361,7 +373,8 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
                 os.close(write_end)
             parent = server.proc.pid if isinstance(proc, forkserver.Child) else None
             tree = child["tree"] = processes.Tree(proc.pid, others, parent=parent)
-            reader.start()
+            for reader in readers + ranks_read:
+                reader.start()
             if watch is not None:
                 watch.members = [proc.pid]
                 watch.start_device()
@@ -389,22 +402,34 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
         finally:  # also on Ctrl-C: stop the run and every process it started, wherever it moved
             if watch is not None:
                 watch.stop()
+            if stopped == "timeout" and nproc and tree is not None:  # where was each rank? (said below)
+                torchrun.ask_where(scratch, nproc, set(tree.scan()))
+                time.sleep(0.5)
             if proc is not None:
                 _stop(proc, tree or processes.Tree(proc.pid, others))
-            if reader.ident is None:  # the run never started: its end of the pipe is this process's to close
+            if readers[0].ident is None:  # the run never started: its end of the pipe is this process's to close
                 os.close(read_end)
-            else:
-                reader.join(timeout=5)
+            torchrun.release(fifo_paths)  # a reader still waiting for a rank that never opened its FIFO
+            for reader in readers + ranks_read:
+                if reader.ident is not None:
+                    reader.join(timeout=5)
             forkserver.done_with(server, shared)
     outcome = Outcome(version=version, file=file, status="", wall_s=time.perf_counter() - started,
                       returncode=proc.returncode, stdout=_tail(out_path, output_chars), stderr=_tail(err_path))
     if stopped == "timeout":
         outcome.status = "timeout"
         outcome.result = {"kind": "timeout", "message": f"did not finish within {limit:g} s"}
+        if nproc:  # where each rank stopped, by its marks, and where it was when asked
+            said = [torchrun.stuck(rank_marks),
+                    *torchrun.where(scratch, nproc, spec["file"], Path(spec.get("shown_as") or file).name)]
+            outcome.result["ranks_at"] = "; ".join(s for s in said if s)
+            outcome.result["message"] += f": {outcome.result['ranks_at']}"
     elif stopped == "memory":
         outcome.status = "error"
         outcome.result = {"kind": "memory", "message": f"used more than {memory_mb:.0f} MB of memory "
                           f"({peak_mb:.0f} MB, counting every process it started), and was stopped"}
+    elif nproc:
+        _job_outcome(outcome, scratch, spec, rank_marks, background_allowed)
     else:
         outcome.result = _read_result(result_path, proc.returncode)
         outcome.status = "ok" if outcome.result.get("status") == "ok" else "error"
@@ -435,6 +460,61 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
         if isinstance(outcome.result.get(key), str):
             outcome.result[key] = quiet.printable(outcome.result[key])
     return outcome
+
+
+def _job_outcome(outcome: Outcome, scratch: Path, spec: dict[str, Any], rank_marks: list[Marks],
+                 background_allowed: bool) -> None:
+    """A torchrun job's outcome from its ranks': each read and timed as a single run is, then merged
+    (``torchrun.merge``); a failed rank fails the job, named. The rank blamed is the first to report
+    a failure of its own (not a lost connection to a peer that failed), else one that died without a
+    result (the first torchrun's agent saw fail): the others were stopped because of it."""
+    ranks: list[Outcome] = []
+    for rank, marks in enumerate(rank_marks):
+        one = Outcome(version=outcome.version, file=outcome.file, status="")
+        one.result = _read_result(scratch / f"result-{rank}.json", None)
+        one.status = "ok" if one.result.get("status") == "ok" else "error"
+        if one.result.get("kind") == "missing_result":
+            one.status, one.result["kind"] = "crash", "crash"
+        if one.ok:
+            _from_outside(one, marks, spec, background_allowed)
+        if one.ok and one.result.get("trace"):
+            _take_trace(one, spec.get("trace_dir"))
+        ranks.append(one)
+    failed = [r for r, one in enumerate(ranks) if not one.ok]
+    if not failed:
+        outcome.status, outcome.result = "ok", torchrun.merge([one.result for one in ranks])
+        outcome.rank_traces = [one.trace for one in ranks]
+        outcome.trace = outcome.rank_traces[0]
+        return
+    seen = torchrun.failures(scratch / "launch.json")  # what torchrun's agent saw fail first
+    said = [r for r in failed if ranks[r].status == "error"]
+    own = [r for r in said if not torchrun.lost_a_peer(ranks[r].result.get("message", ""))]
+    crashed = [r for r in failed if ranks[r].status == "crash"]
+    if own:  # the first to fail of its own: a rank whose peer died fails on its connection a moment later
+        rank = min(own, key=lambda r: _written_ns(scratch / f"result-{r}.json"))
+    elif crashed:  # died without a word (a signal, os._exit): the ranks that lost it are not the cause
+        rank = seen["first_rank"] if seen.get("first_rank") in crashed else crashed[0]
+    else:
+        rank = min(said, key=lambda r: _written_ns(scratch / f"result-{r}.json"))
+    if ranks[rank].status == "error":
+        outcome.status, outcome.result = "error", dict(ranks[rank].result)
+    else:
+        code = seen.get("failed", {}).get(str(rank))
+        how = torchrun.crash(scratch, rank, spec["file"], Path(spec.get("shown_as") or spec["file"]).name)
+        outcome.status = "crash"
+        outcome.result = {"kind": "crash", "message": how or (
+            _crash_message(code) if isinstance(code, int) and code < 0 else
+            "the process died before reporting a result (killed by a signal, out of memory, or os._exit "
+            "in the lab file?)")}
+    outcome.result["rank"] = rank
+    outcome.result["message"] = f"rank {rank} of {len(ranks)}: {outcome.result.get('message', '')}"
+
+
+def _written_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 # What a result file must hold, by key: the runner writes it, but from inside the learner's process.

@@ -235,6 +235,32 @@ def _sort_key(device_type: str, averages, by_memory: bool = False) -> str:
     return "self_cpu_time_total"
 
 
+def _rank_device(device, torch):
+    """A rank's device and the backend its process group should use: with a GPU for every rank of the
+    job, rank LOCAL_RANK's GPU and nccl; otherwise gloo (NCCL refuses two ranks on one GPU)."""
+    if device.type != "cuda":
+        return device, "gloo"
+    local, ranks = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if torch.cuda.device_count() >= ranks:
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local), "nccl"
+    return torch.device("cuda", 0), "gloo"
+
+
+def _joined(torch, nproc: int, path: Path) -> None:
+    """After a rank's first step: it must have joined the job's process group, or it trained alone."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise _Failure("no_process_group", "the first step ended and this rank had not joined the job's "
+                       "process group: call torch.distributed.init_process_group(cfg.backend) before "
+                       "training, or each rank trains alone", file=str(path))
+    if dist.get_world_size() != nproc:
+        raise _Failure("no_process_group", f"this rank's process group has {dist.get_world_size()} ranks, "
+                       f"the job {nproc}: call torch.distributed.init_process_group(cfg.backend) with "
+                       "torchrun's settings (its defaults)", file=str(path))
+
+
 def _resolve_device(requested: str, torch):
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -255,6 +281,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         torch.set_num_threads(spec["threads"])
     path = Path(spec["file"]).resolve()
     device = _resolve_device(spec["device"], torch)
+    backend = None
+    if spec.get("nproc"):  # a rank of a torchrun job: its own device where there is one per rank
+        device, backend = _rank_device(device, torch)
     info = {"device": device.type, "torch": torch.__version__, "threads": torch.get_num_threads(),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
 
@@ -272,6 +301,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
     cfg = SimpleNamespace(device=device, batch_size=spec["batch_size"], seed=spec["seed"],
                           data_dir=Path(spec["data_dir"]), **spec.get("params", {}))
+    if backend is not None:
+        cfg.backend = backend
     if spec.get("learner_profiles"):  # lab 0: the file profiles itself, into the folder the checker gives it
         cfg.trace_dir = spec["trace_dir"]
         cfg.steps = spec["warmup_steps"] + spec["timed_steps"]
@@ -304,6 +335,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             raise _Failure("exception", _describe(e), step=step, traceback=traceback.format_exc(),
                            **_location(e, path)) from None
         kept.append(_keep(out, step, torch))
+        if step == 0 and spec.get("nproc"):
+            _joined(torch, int(spec["nproc"]), path)
 
     try:
         for _ in range(warmup):
@@ -440,10 +473,83 @@ def _activities(device, ProfilerActivity):
     return acts
 
 
+def _for_rank(spec: dict[str, Any], rank: int) -> dict[str, Any]:
+    """The spec of one rank: every ``{rank}`` in its paths and names filled in, and the marks written to
+    that rank's FIFO (torchrun starts the ranks with only the standard descriptors)."""
+    spec = {k: v.replace("{rank}", str(rank)) if isinstance(v, str) else v for k, v in spec.items()}
+    try:
+        spec["mark_fd"] = os.open(spec["mark_fifo"], os.O_WRONLY)
+    except (KeyError, OSError):
+        spec["mark_fd"] = None  # no marks: the checker fails the run
+    return spec
+
+
+def _launch(spec: dict[str, Any], spec_path: str) -> None:
+    """Start the job's ranks with torchrun's launcher (``torchrun``), wait for them, and exit: 0 when
+    every rank ran to its end, 1 when one failed (its result file says why, torchrun's summary which)."""
+    from .. import quiet
+    from . import torchrun
+
+    quiet.silence_known_warnings()
+    code = 0
+    try:
+        torchrun.launch(int(spec["nproc"]), rank_main, spec_path)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException as e:  # noqa: BLE001 - a rank failed, and torchrun stopped the others
+        code = 1
+        torchrun.write_failures(e, spec["launch_path"])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def rank_main(spec_path: str) -> int:
+    """One rank of a torchrun job (RANK set by the launcher): the lab file run as a single run is,
+    its result written to its own file. A failed rank raises SystemExit(1), so that torchrun stops
+    the others at once instead of leaving them waiting for it in a collective."""
+    from ..atomic import write_json
+
+    spec = _for_rank(json.loads(Path(spec_path).read_text()), int(os.environ.get("RANK", "0")))
+    _stack_on_request(spec)
+    try:
+        result = run(spec)
+    except _Failure as f:
+        result = {"status": "error", "kind": f.kind, "message": f.message, **f.where}
+    write_json(spec["result_path"], result)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if result.get("status") != "ok":
+        raise SystemExit(1)
+    return 0
+
+
+_stack_file = None  # kept open for faulthandler, which writes to its descriptor
+
+
+def _stack_on_request(spec: dict[str, Any]) -> None:
+    """Let the checker know where a rank is: its PID in a file, and its Python stack written to another
+    on SIGUSR1 (a job that runs out of time says where each rank was) and on a fatal signal (a rank
+    that crashes says where)."""
+    import faulthandler
+    import signal
+
+    global _stack_file
+    try:
+        _stack_file = open(spec["stack_path"], "w")
+        faulthandler.enable(file=_stack_file, all_threads=False)
+        faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=False)
+        Path(spec["pid_path"]).write_text(str(os.getpid()))
+    except (KeyError, OSError, ValueError, AttributeError):
+        pass
+
+
 def main(argv: list[str]) -> int:
     from ..atomic import write_json
 
     spec = json.loads(Path(argv[0]).read_text())
+    if spec.get("nproc"):  # the first process of a torchrun job: the launcher, whose ranks run the file
+        _launch(spec, argv[0])
     try:
         result = run(spec)
     except _Failure as f:

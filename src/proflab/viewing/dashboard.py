@@ -53,6 +53,10 @@ READS_ADVICE = ("{reads:g} host reads per step ({names}): each read of a tensor 
                 ".cpu(), float(t), if t:) stops the host until the value is ready, on CUDA until the device has "
                 "caught up. Keep the values on the device and read them once per "
                 "interval, not every step.")
+COMM_ADVICE = ("The ranks talk {share:.0%} of each step ({calls}): with "
+               "gradient accumulation, let DDP all-reduce once per optimizer step (model.no_sync() on every "
+               "micro-batch but the last), in fewer, larger buckets (bucket_cap_mb).")
+COMM_SHARE = 0.3  # communication this large a share of the step gets COMM_ADVICE
 DEVICE_IDLE_ADVICE = ("The device is busy only {busy:.0%} of each step: it waits for the host. Look at the host "
                       "parts above, and at what launches the kernels.")
 
@@ -135,6 +139,9 @@ def overview(trace: evidence.Trace) -> dict[str, Any]:
     if reads.value >= 1:
         advice.append(READS_ADVICE.format(reads=reads.value, names=", ".join(
             f"{count:g} {name}" for name, count in sorted(names.items(), key=lambda kv: -kv[1]))))
+    comm = evidence.allreduce_calls(trace) if b.comm_ms else None
+    if comm is not None and b.step_ms and b.comm_ms / b.step_ms >= COMM_SHARE:
+        advice.append(COMM_ADVICE.format(share=b.comm_ms / b.step_ms, calls=comm.summary))
     if trace.on_cuda and b.step_ms and b.device_busy_ms / b.step_ms < 0.5:
         advice.append(DEVICE_IDLE_ADVICE.format(busy=b.device_busy_ms / b.step_ms))
     return {
@@ -142,6 +149,10 @@ def overview(trace: evidence.Trace) -> dict[str, Any]:
         "parts": [{"key": part, "label": breakdown.LABELS[part], "ms": b.host_ms[part], "share": b.share(part)}
                   for part in breakdown.HOST_PARTS],
         "device_busy_ms": b.device_busy_ms,
+        # A distributed job's rank: the time its collectives cover, its all-reduce calls and MB per step.
+        "comm_ms": b.comm_ms, "comm_share": b.comm_ms / b.step_ms if b.step_ms else 0.0,
+        "allreduce_per_step": comm.value if comm else 0.0,
+        "allreduce_mb_per_step": comm.details.get("mb_per_step") if comm else None,  # None: shapes not recorded
         "host_reads_per_step": reads.value, "host_reads": names,
         "advice": advice,
     }

@@ -35,15 +35,26 @@ def viewer_file() -> Path | None:
 
 
 def newest_traces(logdir: Path | None) -> dict[str, Path]:
-    """Run name (its folder under the log folder) → its newest trace file."""
+    """Run name (its folder under the log folder) → its newest trace file. A run whose traces are of
+    several workers (a distributed job's ranks: ``rank0.….pt.trace.json``, ``rank1.…``) is listed
+    once per worker, as ``RUN/WORKER``."""
     if logdir is None or not logdir.is_dir():
         return {}
-    newest: dict[str, Path] = {}
+    newest: dict[tuple[str, str], Path] = {}
     for trace in logdir.rglob(TRACE_GLOB):
-        run = trace.parent.relative_to(logdir).as_posix()
-        if run not in newest or trace.stat().st_mtime > newest[run].stat().st_mtime:
-            newest[run] = trace
-    return dict(sorted(newest.items()))
+        key = (trace.parent.relative_to(logdir).as_posix(), trace.name.split(".", 1)[0])
+        if key not in newest or trace.stat().st_mtime > newest[key].stat().st_mtime:
+            newest[key] = trace
+    workers: dict[str, set[str]] = {}
+    for run, worker in newest:
+        workers.setdefault(run, set()).add(worker)
+    found: dict[str, Path] = {}
+    for (run, worker), trace in newest.items():
+        if len(workers[run]) > 1 and all(w.startswith("rank") for w in workers[run]):
+            found[f"{run}/{worker}"] = trace
+        elif run not in found or trace.stat().st_mtime > found[run].stat().st_mtime:
+            found[run] = trace
+    return dict(sorted(found.items()))
 
 
 def recommended_run(logdir: Path) -> str | None:

@@ -1,0 +1,213 @@
+"""Where a distributed lab's run is a torchrun job: every rank is the kit's runner.
+
+A lab with a ``[distributed]`` table runs as a job of PyTorch's own launcher:
+the run's first process (forked from the kit's server, as any run's) reads
+torchrun's options with ``torch.distributed.run``'s own parser, ``--standalone
+--nproc-per-node N --max-restarts 0 --start-method fork``, and starts the job
+with ``elastic_launch``, the API the ``torchrun`` command itself calls. Its
+elastic agent holds the rendezvous, starts the ranks, gives each its RANK,
+WORLD_SIZE and where to meet, and stops them all when one fails. The ranks
+are forked from a process that has imported torch already, so a run does not
+pay torch's import once per rank; the entry point is ``runner.rank_main``
+where the command would name a script.
+
+Each rank runs the lab file as a single run does (``runner``), with
+``{rank}`` filled in its spec: its own result file, its own trace (worker
+``rank0``, ``rank1``…, so TensorBoard shows the ranks as workers of one run),
+and its own marks. They go to a FIFO of its own, made here, which the checker
+reads and stamps with its own clock (``execute._read_marks``), rank by rank.
+What a rank's marks, result and trace must be is what a single run's must
+be; ``merge`` then makes one outcome of the job: it stands or falls with its
+slowest (or failed) rank.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+# Per-run timing fields of a rank's result (execute._from_outside): the job's are its slowest rank's.
+TIMING = ("step_times", "all_step_s", "window_s", "outside_window_s", "mean_step_s", "span_s", "compile_s",
+          "first_step_s", "counted_steps", "profiled_step_s", "profiled_steps_s", "wall_window", "reported")
+
+
+def options(nproc: int) -> list[str]:
+    """torchrun's options for a job on this machine alone (a rendezvous of its own on a free port)."""
+    return ["--standalone", "--nnodes", "1", "--nproc-per-node", str(nproc), "--max-restarts", "0",
+            "--monitor-interval", "0.1", "--start-method", "fork"]
+
+
+def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> None:
+    """Run ``entrypoint(*args)`` on every rank of a torchrun job; raises when a rank fails."""
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args, parse_args
+
+    parsed = parse_args([*options(nproc), "proflab-rank"])  # the script name torchrun needs, never run
+    parsed.rdzv_backend, parsed.rdzv_endpoint = "c10d", "localhost:0"  # what --standalone means in torchrun's run()
+    parsed.rdzv_id = f"proflab-{os.getpid()}"
+    config, _, _ = config_from_args(parsed)
+    elastic_launch(config, entrypoint=entrypoint)(*args)
+
+
+def fifos(scratch: Path, nproc: int) -> list[Path]:
+    """One FIFO per rank, for its marks, readable and writable by this user alone."""
+    made = []
+    for rank in range(nproc):
+        path = scratch / f"marks-{rank}"
+        os.mkfifo(path, 0o600)
+        made.append(path)
+    return made
+
+
+def reader(path: Path, read: Callable[[int], None]) -> threading.Thread:
+    """A thread that opens ``path`` for reading (once the rank opens it to write) and hands it to ``read``."""
+    def follow() -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return
+        read(fd)
+    return threading.Thread(target=follow, daemon=True)
+
+
+def release(paths: list[Path]) -> None:
+    """Wake every reader still waiting for its rank to open its FIFO (a rank that never started)."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # no reader waiting (ENXIO), or gone
+            continue
+        os.close(fd)
+
+
+def write_failures(error: BaseException, path: str) -> None:
+    """What torchrun's agent saw of a failed job (its ChildFailedError), for the checker: the rank that
+    failed first and its exit code, and every failed rank's (a signal as its negative number)."""
+    from ..atomic import write_json
+
+    failures = getattr(error, "failures", None)
+    if not isinstance(failures, dict) or not failures:
+        return
+    rank, first = error.get_first_failure()
+    write_json(path, {"first_rank": int(rank), "exitcode": int(first.exitcode),
+                      "failed": {str(r): int(f.exitcode) for r, f in failures.items()}})
+
+
+def failures(path: Path) -> dict[str, Any]:
+    """``write_failures``'s file, or {} (no rank failed, or the launcher itself was stopped)."""
+    import json
+
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) and isinstance(found.get("first_rank"), int) else {}
+
+
+# What a rank says when a peer it talks to has gone: a consequence, not the cause.
+_LOST_PEER = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "communicator was aborted",
+              "Socket Timeout", "Timed out waiting", "ProcessGroupGloo")
+
+
+def lost_a_peer(message: str) -> bool:
+    """Whether a rank's failure is that another rank went away (gloo's or NCCL's words for it)."""
+    return any(words in message for words in _LOST_PEER)
+
+
+def ask_where(scratch: Path, nproc: int, alive: set[int]) -> None:
+    """Ask every rank still alive (one of ``alive``, the run's processes) for its Python stack."""
+    import signal
+
+    for rank in range(nproc):
+        try:
+            pid = int((scratch / f"pid-{rank}").read_text())
+        except (OSError, ValueError):
+            continue
+        if pid in alive:
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except OSError:
+                pass
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
+_FATAL = re.compile(r"Fatal Python error: (?P<what>[^\n]+)")
+
+
+def stack_of(scratch: Path, rank: int) -> str:
+    try:
+        return (scratch / f"stack-{rank}.txt").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def position(stack: str, lab_file: str, shown: str) -> str:
+    """The innermost line of the lab file in a Python stack as faulthandler writes it, in words, and
+    whether the rank was inside torch there (waiting in a collective, say); "" when it is not there."""
+    frames = [m.groupdict() for m in _FRAME.finditer(stack)]  # innermost first
+    mine = next((i for i, f in enumerate(frames) if Path(f["file"]).name == Path(lab_file).name), None)
+    if mine is None:
+        return ""
+    line = int(frames[mine]["line"])
+    try:
+        code = Path(lab_file).read_text(errors="replace").splitlines()[line - 1].strip()
+    except (OSError, IndexError):
+        code = ""
+    inside = " (inside torch: waiting for another rank?)" if mine > 0 and "torch" in frames[0]["file"] else ""
+    return f"{shown} line {line}{f': `{code}`' if code else ''}{inside}"
+
+
+def where(scratch: Path, nproc: int, lab_file: str, shown: str) -> list[str]:
+    """Where each rank was when asked (``ask_where``)."""
+    said = []
+    for rank in range(nproc):
+        at = position(stack_of(scratch, rank), lab_file, shown)
+        if at:
+            said.append(f"rank {rank} was at {at}")
+    return said
+
+
+def crash(scratch: Path, rank: int, lab_file: str, shown: str) -> str:
+    """How a rank that died without a result died, from the stack faulthandler wrote on the fatal
+    signal: "a segmentation fault at crashes.py line 51: `…`"; "" when it wrote none (SIGKILL)."""
+    stack = stack_of(scratch, rank)
+    fatal = _FATAL.search(stack)
+    if fatal is None:
+        return ""
+    at = position(stack[fatal.end():], lab_file, shown)
+    return f"it crashed: {fatal.group('what').strip().lower()}" + (f" at {at}" if at else "")
+
+
+def merge(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result for the job, from its ranks' results (each a successful run): rank 0's, with every
+    rank's values and traces, and the timings of the rank whose timed span was longest."""
+    slowest = max(ranks, key=lambda r: float(r.get("span_s", 0.0)))
+    merged = {**ranks[0], **{k: slowest[k] for k in TIMING if k in slowest}}
+    merged["ranks"] = len(ranks)
+    merged["rank_results"] = [r["results"] for r in ranks]
+    merged["rank_traces"] = [r.get("trace") for r in ranks]
+    merged["rank_trace_sha256"] = [r.get("trace_sha256") for r in ranks]
+    merged["rank_steps_s"] = [float(r.get("mean_step_s", 0.0)) for r in ranks]
+    return merged
+
+
+def progress(marks: list[Any]) -> list[int]:
+    """The steps each rank finished, by its marks (warm-up, timed and profiled steps)."""
+    return [sum(1 for code, _ in m.stamps if code in "WTQ") for m in marks]
+
+
+def stuck(marks: list[Any]) -> str:
+    """Which rank a job that ran out of time stopped at, by its marks, in words."""
+    done = progress(marks)
+    if not done:
+        return ""
+    low = min(done)
+    behind = [r for r, d in enumerate(done) if d == low]
+    said = ", ".join(f"rank {r}: {d} step{'s' if d != 1 else ''}" for r, d in enumerate(done))
+    if len(behind) == len(done):
+        return (f"every rank stopped after {low} step{'s' if low != 1 else ''} ({said}): one of them is stuck, "
+                "and the others wait for it in a collective (an all-reduce waits for every rank)")
+    return f"rank {', '.join(map(str, behind))} stopped after {low} step{'s' if low != 1 else ''} ({said})"

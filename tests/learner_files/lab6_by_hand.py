@@ -1,0 +1,56 @@
+"""Lab 6 without DDP: the gradients of each optimizer step all-reduced by hand, once.
+
+Each rank sums its micro-batches' gradients alone, flattens them into one
+tensor, all-reduces it (a sum over the ranks) and divides by the number of
+ranks: the average DDP computes, in one call per step.
+"""
+
+import torch
+import torch.distributed as dist
+from torch.profiler import record_function
+from torch.utils.data import DataLoader, DistributedSampler
+
+from proflab.labkit.ddp import Samples, WideMLP, fingerprint, loss_of
+
+MICRO_BATCHES = 8  # each optimizer step sums the gradients of 8 micro-batches
+
+
+def pipeline(cfg):
+    dist.init_process_group(cfg.backend)
+    try:
+        world = dist.get_world_size()
+        dataset = Samples(cfg.data_dir)
+        sampler = DistributedSampler(dataset, shuffle=True, seed=cfg.seed)
+        loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, drop_last=True)
+
+        model = WideMLP().to(cfg.device)  # the same initial weights on every rank
+        params = list(model.parameters())
+        optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=0.9)
+
+        for x, y in loader:
+            x, y = x.to(cfg.device), y.to(cfg.device)
+            optimizer.zero_grad(set_to_none=True)
+            total = torch.zeros((), device=cfg.device)
+            for xm, ym in zip(x.chunk(MICRO_BATCHES), y.chunk(MICRO_BATCHES)):
+                with record_function("micro_batch"):
+                    loss = loss_of(model, xm, ym) / MICRO_BATCHES
+                    loss.backward()  # summed into .grad, on this rank only
+                total += loss.detach()
+            with record_function("all_reduce"):
+                flat = torch.cat([p.grad.reshape(-1) for p in params])
+                dist.all_reduce(flat)  # one message per step: the sum over the ranks
+                flat /= world
+                offset = 0
+                for p in params:
+                    p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+                    offset += p.numel()
+            optimizer.step()
+            yield {"loss": total, "weights": fingerprint(model)}
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    import proflab
+
+    proflab.profile_file(__file__)
