@@ -210,6 +210,11 @@ def lab5_solution(kit, tmp_path_factory) -> tuple[int, dict]:
 
 
 @pytest.fixture(scope="session")
+def lab6_solution(kit, tmp_path_factory) -> tuple[int, dict]:
+    return _reference_check(kit, tmp_path_factory, 6, "06_distributed")
+
+
+@pytest.fixture(scope="session")
 def exercise_kit(kit, tmp_path_factory) -> Kit:
     return sharing_data(tmp_path_factory.mktemp("exercise-kit"), kit)
 

@@ -23,13 +23,7 @@ from conftest import CHECK_NAMES, LEARNER_FILES, as_in_a_terminal, explain, fail
 NO_AUDIT = {"PROFLAB_AUDIT": "off"}  # the crash below reaches for ctypes, which the audit refuses
 
 
-@pytest.fixture(scope="session")
-def lab6_solution(kit) -> tuple[int, dict]:
-    """``proflab check 6 --file solution.py --json``, run once for several tests."""
-    return kit.check_decided("6", "--file", str(kit.root / "labs" / "06_distributed" / "solution.py"))
-
-
-def test_reference_solution_passes_with_every_rank_checked(lab6_solution, kit):
+def test_reference_solution_passes_with_every_rank_checked(lab6_solution):
     code, report = lab6_solution
     assert code == 0, explain(report)
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")

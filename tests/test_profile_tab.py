@@ -30,6 +30,7 @@ from test_tensorboard import free_port
 PLUGIN = "/data/plugin/proflab_profile"
 LABS = {1: "01-dataloader", 2: "02-embeddings", 3: "03-fusion", 4: "04-syncs"}
 MEMORY_LAB = "05-memory"  # its checks profile with profile_memory: the Memory view's climb and level line
+DISTRIBUTED_LAB = "06-distributed"  # a torchrun job's runs: one trace per rank
 
 
 def first_table_row(printed: str) -> str:
@@ -42,10 +43,10 @@ def first_table_row(printed: str) -> str:
 
 @pytest.fixture(scope="module")
 def runs(kit, tmp_path_factory, solution_check, lab2_solution, lab3_solution, lab4_solution,
-         lab5_solution) -> dict:
+         lab5_solution, lab6_solution) -> dict:
     """A log folder holding each lab's original and reference runs, and the two `proflab run` runs."""
     logdir = tmp_path_factory.mktemp("profile-tab") / "runs"
-    for code, report in (solution_check, lab2_solution, lab3_solution, lab4_solution, lab5_solution):
+    for code, report in (solution_check, lab2_solution, lab3_solution, lab4_solution, lab5_solution, lab6_solution):
         assert code == 0, explain(report)
         lab_runs = Path(report["traces"]["original"]).parent.parent
         shutil.copytree(lab_runs, logdir / lab_runs.name, dirs_exist_ok=True)
@@ -76,7 +77,8 @@ def board(runs):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         listed = get(base, "/runs")
-        if all(run in listed for run in (f"{LABS[4]}/reference", "memory/03-original", f"{MEMORY_LAB}/reference")):
+        if all(run in listed for run in (f"{LABS[4]}/reference", "memory/03-original", f"{MEMORY_LAB}/reference",
+                                          f"{DISTRIBUTED_LAB}/reference/rank1")):
             break
         time.sleep(0.5)
     yield base
@@ -176,6 +178,39 @@ def test_memory_kept_per_step_climbs_in_the_leak_and_not_in_its_fix(board):
     assert leak["kept"][0]["name"].startswith("aten::") and not fix["kept"]
 
 
+def test_each_rank_of_a_distributed_run_is_listed_with_its_communication(board):
+    listed = get(board, "/runs")
+    for version in ("original", "reference"):
+        assert {f"{DISTRIBUTED_LAB}/{version}/rank0", f"{DISTRIBUTED_LAB}/{version}/rank1"} <= set(listed), listed
+    for rank in ("rank0", "rank1"):
+        slow = get(board, "/overview", run=f"{DISTRIBUTED_LAB}/original/{rank}")
+        fast = get(board, "/overview", run=f"{DISTRIBUTED_LAB}/reference/{rank}")
+        # The original all-reduces after each of its 8 micro-batches: 8 times the bytes, most of the step.
+        assert slow["allreduce_mb_per_step"] == pytest.approx(8 * fast["allreduce_mb_per_step"], rel=0.01)
+        assert slow["allreduce_per_step"] > 8 * fast["allreduce_per_step"] / 2
+        assert slow["comm_ms"] > 2 * fast["comm_ms"] > 0
+        assert any("no_sync" in advice for advice in slow["advice"])
+
+
+def test_tensorboard_lists_both_ranks_as_workers_of_one_run(board):
+    """TensorBoard's own profiler plugin, through its HTTP API: one run per version, a worker per rank."""
+    base = f"{board}/data/plugin/pytorch_profiler"
+    deadline = time.monotonic() + 60
+    while True:
+        with urllib.request.urlopen(f"{base}/runs", timeout=30) as response:
+            listed = json.loads(response.read())
+        if not listed["loading"] and f"{DISTRIBUTED_LAB}/original" in listed["runs"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    for version in ("original", "reference"):
+        run = urllib.parse.quote(f"{DISTRIBUTED_LAB}/{version}")
+        with urllib.request.urlopen(f"{base}/views?run={run}", timeout=30) as response:
+            views = json.loads(response.read())
+        with urllib.request.urlopen(f"{base}/workers?run={run}&view={urllib.parse.quote(views[0])}", timeout=30) as r:
+            assert sorted(json.loads(r.read())) == ["rank0", "rank1"]
+        assert "Distributed" in views, views  # its traces carry distributedInfo: the plugin's (online) view
+
+
 @pytest.mark.parametrize("path", ["/overview", "/operators", "/memory", "/memory.svg"])
 def test_only_runs_under_the_log_folder_are_read(board, path):
     for run in ("../../etc", "nope/original", "01-dataloader"):
@@ -270,6 +305,20 @@ def test_the_memory_view_shows_the_climb_and_the_level_line_offline(driver, boar
     text = page(driver, board, "memory", run=f"{MEMORY_LAB}/reference")
     assert "cpu: stays level: 0.0 MB per step kept" in text
     assert "None: every allocation of these steps was freed" in text
+    assert not left_the_machine(driver, board)
+
+
+@needs_browser
+def test_the_overview_shows_each_ranks_communication_offline(driver, board):
+    for version, most in (("original", True), ("reference", False)):
+        for rank in ("rank0", "rank1"):
+            text = page(driver, board, "overview", run=f"{DISTRIBUTED_LAB}/{version}/{rank}")
+            row = driver.execute_script("return document.querySelector('#parts tr#comm').innerText")
+            assert row.startswith("communication between ranks (") and "all-reduce calls" in row, row
+            shown = int(row.split()[-1].rstrip("%"))
+            expected = get(board, "/overview", run=f"{DISTRIBUTED_LAB}/{version}/{rank}")["comm_share"]
+            assert abs(shown - 100 * expected) <= 1, (row, expected)
+            assert ("no_sync" in text) == most, text
     assert not left_the_machine(driver, board)
 
 

@@ -53,10 +53,11 @@ READS_ADVICE = ("{reads:g} host reads per step ({names}): each read of a tensor 
                 ".cpu(), float(t), if t:) stops the host until the value is ready, on CUDA until the device has "
                 "caught up. Keep the values on the device and read them once per "
                 "interval, not every step.")
-COMM_ADVICE = ("The ranks talk {share:.0%} of each step ({calls}): with "
-               "gradient accumulation, let DDP all-reduce once per optimizer step (model.no_sync() on every "
-               "micro-batch but the last), in fewer, larger buckets (bucket_cap_mb).")
-COMM_SHARE = 0.3  # communication this large a share of the step gets COMM_ADVICE
+COMM_ADVICE = ("The ranks talk {share:.0%} of each step ({calls}), and they all-reduce the gradients between "
+               "micro-batches, not once per optimizer step: let DDP skip it on every micro-batch but the last "
+               "(model.no_sync()), and send fewer, larger buckets (bucket_cap_mb).")
+COMM_SHARE = 0.3  # communication this large a share of the step, between micro-batches, gets COMM_ADVICE
+DDP_FORWARD = "DistributedDataParallel.forward"
 DEVICE_IDLE_ADVICE = ("The device is busy only {busy:.0%} of each step: it waits for the host. Look at the host "
                       "parts above, and at what launches the kernels.")
 
@@ -140,7 +141,7 @@ def overview(trace: evidence.Trace) -> dict[str, Any]:
         advice.append(READS_ADVICE.format(reads=reads.value, names=", ".join(
             f"{count:g} {name}" for name, count in sorted(names.items(), key=lambda kv: -kv[1]))))
     comm = evidence.allreduce_calls(trace) if b.comm_ms else None
-    if comm is not None and b.step_ms and b.comm_ms / b.step_ms >= COMM_SHARE:
+    if comm is not None and b.step_ms and b.comm_ms / b.step_ms >= COMM_SHARE and _syncs_between_micro_batches(trace):
         advice.append(COMM_ADVICE.format(share=b.comm_ms / b.step_ms, calls=comm.summary))
     if trace.on_cuda and b.step_ms and b.device_busy_ms / b.step_ms < 0.5:
         advice.append(DEVICE_IDLE_ADVICE.format(busy=b.device_busy_ms / b.step_ms))
@@ -156,6 +157,18 @@ def overview(trace: evidence.Trace) -> dict[str, Any]:
         "host_reads_per_step": reads.value, "host_reads": names,
         "advice": advice,
     }
+
+
+def _syncs_between_micro_batches(trace: evidence.Trace) -> bool:
+    """Whether a step all-reduces between two of its DDP forward passes: after a micro-batch's backward,
+    where gradient accumulation needs no all-reduce yet."""
+    forwards = sorted(e.ts for e in trace.events if e.name == DDP_FORWARD)
+    calls = [e.ts for e in trace.events if e.cat == "cpu_op" and e.name in evidence.ALLREDUCE_OPS]
+    for step in trace.steps:
+        inside = [t for t in forwards if step.ts <= t < step.end]
+        if any(a < t < b for a, b in zip(inside, inside[1:]) for t in calls):
+            return True
+    return False
 
 
 def memory(trace: evidence.Trace) -> dict[str, Any]:
