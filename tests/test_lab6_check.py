@@ -212,3 +212,40 @@ def test_a_lost_connection_is_told_from_a_failure_of_its_own():
 
     assert torchrun.lost_a_peer("RuntimeError: [../gloo/transport/tcp/pair.cc:545] Read error: Connection reset by peer")
     assert not torchrun.lost_a_peer("ValueError: rank 1 gives up")
+
+
+# --- the lab from the other doors: running the file, grading a class -------------------------------
+
+def test_python_exercise_py_runs_the_job_and_torchrun_is_told_the_kit_starts_it(fresh_kit):
+    exercise = fresh_kit.root / "labs" / "06_distributed" / "exercise.py"
+    proc = subprocess.run([sys.executable, str(exercise)], cwd=fresh_kit.root, env=fresh_kit.env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Rank 0, per profiled step: 64 all-reduce calls per step" in proc.stdout
+    assert "Rank 1, per profiled step:" in proc.stdout and "Traceback" not in proc.stderr
+    traces = sorted(p.name.split(".")[0] for p in (fresh_kit.root / "runs" / "06-distributed" / "yours").glob("*.pt.trace.json"))
+    assert traces == ["rank0", "rank1"]
+    under = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                            str(exercise)], cwd=fresh_kit.root, env=fresh_kit.env(), capture_output=True, text=True,
+                           timeout=300)
+    assert under.returncode != 0
+    assert "starts its own torchrun job: run it as `python" in under.stderr
+
+
+def test_grade_grades_the_lab_like_the_others(fresh_kit):
+    folder = fresh_kit.root / "class"
+    for learner, source in (("ana", fresh_kit.root / "labs" / "06_distributed" / "solution.py"),
+                            ("ben", LEARNER_FILES / "lab6_apart.py")):
+        (folder / learner).mkdir(parents=True)
+        (folder / learner / "6.py").write_text(source.read_text())
+    proc = subprocess.run([sys.executable, "-m", "proflab", "grade", "class", "--json-out", "grades.json"],
+                          cwd=fresh_kit.root, env=fresh_kit.env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import json
+
+    record = json.loads((fresh_kit.root / "grades.json").read_text())
+    got = {s["learner"]: s for s in record["submissions"]}
+    assert got["ana"]["lab"] == "distributed" and got["ana"]["verdict"] in ("passed", "inconclusive"), got["ana"]
+    assert got["ben"]["verdict"] == "failed"
+    same = next(c for c in got["ben"]["checks"] if c["name"] == "same_results")
+    assert same["passed"] is False and "the ranks trained apart" in same["rationale"]
