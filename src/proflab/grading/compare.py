@@ -103,16 +103,16 @@ def compare_ranks(original: list[list[dict]], learner: Any, rules: Sequence[Resu
             for rank in range(1, len(learner)):
                 apart = _compare(learner[0], learner[rank], [rule])
                 if apart is not None:
-                    return Difference(apart.step, key, f"step {apart.step}: rank {rank}'s {rule.what} differs from "
-                                      "rank 0's: the ranks trained apart. Average the gradients of every rank "
-                                      "before each optimizer step (DDP's all-reduce)", rule.hint)
+                    return Difference(apart.step, key, f"step {apart.step}: rank {rank}'s '{key}' ({rule.what}) "
+                                      "differs from rank 0's: the ranks trained apart. Average the gradients of "
+                                      "every rank before each optimizer step (DDP's all-reduce)", rule.hint)
         for key in distributed.own_on_each_rank:
             rule = by_key[key]
             alike = all(_compare(learner[0], learner[r], [rule]) is None for r in range(1, len(learner)))
             if alike and any(_compare(original[0], original[r], [rule]) is not None for r in range(1, len(original))):
-                return Difference(0, key, f"every rank computed the same {rule.what} at every step: every rank "
-                                  "trained on the same samples. Each rank must train on its own share of them "
-                                  "(a DistributedSampler)", rule.hint)
+                return Difference(0, key, f"every rank yielded the same '{key}' ({rule.what}) at every step: "
+                                  "every rank trained on the same samples. Each rank must train on its own share "
+                                  "of them (a DistributedSampler)", rule.hint)
         for rank, (want, got) in enumerate(zip(original, learner)):
             diff = _compare(want, got, rules)
             if diff is not None:
