@@ -3,9 +3,11 @@
 The calibration lab (tests/calibration) sleeps 20 ms a step, so the learners'
 files here are variants with a fixed, known speed-up: 4x faster, 4x slower,
 or the scheduled version whose runs alternate 1.45x and 1.0x (inconclusive).
-The class's copy of the lab measures at most 2 rounds (``max_rounds = 2``),
+The class's copy of the lab measures at most 4 rounds (``max_rounds = 4``),
 and the class is graded with ``--rounds 2``: 4x either way is called after 2
-rounds, and the alternating schedule stays inconclusive without extra rounds.
+rounds on a quiet machine, after an extra round or two on a busy one (with 2
+rounds the interval's t-factor is 12.7: the two rounds must agree within
+about 14%), and the alternating schedule stays inconclusive at the round limit.
 
 The class is graded once (module fixture) with ``--format junit --out`` and
 ``--json-out``; the tests read that one run. The lab's ``[grading]`` table
@@ -85,7 +87,7 @@ def grade(kit: Kit, *args: str, env: dict[str, str] | None = None, timeout: floa
                           env={**kit.env(), **(env or {})}, capture_output=True, text=True, timeout=timeout)
 
 
-def make_kit(root: Path, max_rounds: int = 2) -> Kit:
+def make_kit(root: Path, max_rounds: int = 4) -> Kit:
     lab = root / "labs" / "90_calibration"
     shutil.copytree(CALIBRATION, lab, ignore=shutil.ignore_patterns("__pycache__"))
     manifest = lab / "lab.toml"
@@ -181,9 +183,10 @@ def test_the_json_record_has_check50_like_checks_and_the_raw_timings(graded):
     assert graded.submission("alice")["stopped"] == "decided"
     assert "gave up at step 2" in checks["gina"]["runs"]["actual"]
     alice = graded.submission("alice")
-    assert len(alice["timings"]["original"]) == len(alice["timings"]["learner"]) == 2
-    assert len(alice["step_times"]["learner"]) == 2 * 5  # 2 rounds of 5 timed steps
-    assert alice["comparison"]["rounds"] == 2 and alice["comparison"]["speedup"] == alice["speedup"]
+    rounds = alice["comparison"]["rounds"]
+    assert 2 <= rounds <= 4 and len(alice["timings"]["original"]) == len(alice["timings"]["learner"]) == rounds
+    assert len(alice["step_times"]["learner"]) == rounds * 5  # 5 timed steps a round
+    assert alice["comparison"]["speedup"] == alice["speedup"]
 
 
 def test_files_that_name_no_lab_are_listed_not_graded(graded):

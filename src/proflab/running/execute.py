@@ -465,9 +465,10 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
 def _job_outcome(outcome: Outcome, scratch: Path, spec: dict[str, Any], rank_marks: list[Marks],
                  background_allowed: bool) -> None:
     """A torchrun job's outcome from its ranks': each read and timed as a single run is, then merged
-    (``torchrun.merge``); a failed rank fails the job, named. The rank blamed is the first to report
-    a failure of its own (not a lost connection to a peer that failed), else one that died without a
-    result (the first torchrun's agent saw fail): the others were stopped because of it."""
+    (``torchrun.merge``); a failed rank fails the job, named. The rank blamed is one that died of a
+    fatal signal (its stack says so), else the first to report a failure of its own (not a lost
+    connection to a peer that failed), else one that died without a result (the first torchrun's
+    agent saw fail): the others were stopped because of it."""
     ranks: list[Outcome] = []
     for rank, marks in enumerate(rank_marks):
         one = Outcome(version=outcome.version, file=outcome.file, status="")
@@ -490,7 +491,11 @@ def _job_outcome(outcome: Outcome, scratch: Path, spec: dict[str, Any], rank_mar
     said = [r for r in failed if ranks[r].status == "error"]
     own = [r for r in said if not torchrun.lost_a_peer(ranks[r].result.get("message", ""))]
     crashed = [r for r in failed if ranks[r].status == "crash"]
-    if own:  # the first to fail of its own: a rank whose peer died fails on its connection a moment later
+    shown = Path(spec.get("shown_as") or spec["file"]).name
+    fatal = [r for r in crashed if torchrun.crash(scratch, r, spec["file"], shown)]
+    if fatal:  # a fatal signal (its stack says so) is a cause: its peers then fail on their connection to it,
+        rank = fatal[0]  # in whatever words their backend has for it
+    elif own:  # the first to fail of its own: a rank whose peer died fails on its connection a moment later
         rank = min(own, key=lambda r: _written_ns(scratch / f"result-{r}.json"))
     elif crashed:  # died without a word (a signal, os._exit): the ranks that lost it are not the cause
         rank = seen["first_rank"] if seen.get("first_rank") in crashed else crashed[0]
@@ -500,7 +505,7 @@ def _job_outcome(outcome: Outcome, scratch: Path, spec: dict[str, Any], rank_mar
         outcome.status, outcome.result = "error", dict(ranks[rank].result)
     else:
         code = seen.get("failed", {}).get(str(rank))
-        how = torchrun.crash(scratch, rank, spec["file"], Path(spec.get("shown_as") or spec["file"]).name)
+        how = torchrun.crash(scratch, rank, spec["file"], shown)
         outcome.status = "crash"
         outcome.result = {"kind": "crash", "message": how or (
             _crash_message(code) if isinstance(code, int) and code < 0 else
