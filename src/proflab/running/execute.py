@@ -492,7 +492,8 @@ def _job_outcome(outcome: Outcome, scratch: Path, spec: dict[str, Any], rank_mar
     own = [r for r in said if not torchrun.lost_a_peer(ranks[r].result.get("message", ""))]
     crashed = [r for r in failed if ranks[r].status == "crash"]
     shown = Path(spec.get("shown_as") or spec["file"]).name
-    fatal = [r for r in crashed if torchrun.crash(scratch, r, spec["file"], shown)]
+    died = {r: torchrun.crash(scratch, r, spec["file"], shown) for r in crashed}  # "" without a fatal signal
+    fatal = [r for r in crashed if died[r]]
     if fatal:  # a fatal signal (its stack says so) is a cause: its peers then fail on their connection to it,
         rank = fatal[0]  # in whatever words their backend has for it
     elif own:  # the first to fail of its own: a rank whose peer died fails on its connection a moment later
@@ -505,9 +506,8 @@ def _job_outcome(outcome: Outcome, scratch: Path, spec: dict[str, Any], rank_mar
         outcome.status, outcome.result = "error", dict(ranks[rank].result)
     else:
         code = seen.get("failed", {}).get(str(rank))
-        how = torchrun.crash(scratch, rank, spec["file"], shown)
         outcome.status = "crash"
-        outcome.result = {"kind": "crash", "message": how or (
+        outcome.result = {"kind": "crash", "message": died[rank] or (
             _crash_message(code) if isinstance(code, int) and code < 0 else
             "the process died before reporting a result (killed by a signal, out of memory, or os._exit "
             "in the lab file?)")}
