@@ -1,4 +1,4 @@
-"""The ``proflab`` command: list, run, check, hint, reset, tensorboard, data, quickstart.
+"""The ``proflab`` command: list, run, check, hint, reset, tensorboard, data, grade, gate, quickstart.
 
 Exit codes: 0 success (a check passed), 1 a check failed or a run broke,
 2 a usage error, 3 the kit could not do its work (an edited original, a
@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__, errors, labs, paths, progress
+from . import __version__, atomic, errors, labs, paths, progress
 from .grading import checks
 from .running import execute, processes
 from .reporting import report, summaries
@@ -591,6 +591,82 @@ def cmd_grade(args) -> int:
     return KIT_ERROR if result.not_graded or any(s.kit for s in result.skipped) else 0
 
 
+GATE_SETTINGS = ("file", "baseline", "against", "lab", "batch_size", "seed", "data_dir", "warmup_steps",
+                 "timed_steps", "profile_steps", "rounds", "max_rounds", "budget_s", "timeout_s", "max_slowdown",
+                 "device", "threads", "trace_dir")
+
+
+def _param(text: str) -> tuple[str, object]:
+    """``--param KEY=VALUE``: VALUE read as TOML reads it (512, 0.1, true, "text"), else as a string."""
+    import tomllib
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip().isidentifier():
+        raise argparse.ArgumentTypeError(f"'{text}': give KEY=VALUE, like hidden=512")
+    try:
+        return key.strip(), tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key.strip(), value
+
+
+def cmd_gate(args) -> int:
+    from .grading import gate, gate_ci, gate_config
+    from .reporting import gate_report
+    from .running import revision
+
+    if args.init_ci:
+        try:
+            written = gate_ci.write(args.init_ci, Path.cwd(), kit=args.kit, file=args.file)
+        except FileExistsError as e:
+            raise UsageError(f"{e} exists already: it is left as it is (move it aside to write a new one)") from None
+        for path in written:
+            out.print(f"[green]✓[/] wrote {escape(str(path))}")
+        if args.init_ci == "gitlab" and gate_ci.GITLAB_MAIN not in written:
+            out.print(f"Add to {gate_ci.GITLAB_MAIN}: [bold]{escape(gate_ci.GITLAB_INCLUDE.strip())}[/]")
+        out.print("The job reads the gate's settings from pyproject.toml's [tool.proflab.gate]; run "
+                  "[bold]proflab gate --against main[/] here first to see what it will say.")
+        return 0
+    given = {name: getattr(args, name, None) for name in GATE_SETTINGS}
+    given["device"] = None if args.device == "auto" else args.device
+    given["timeout_s"] = args.timeout
+    given["allow_different_results"] = True if args.allow_different_results else None
+    try:
+        s = gate_config.settings(given, Path(args.config) if args.config else None)
+        if args.param:
+            s = gate_config.Settings({**s.values, "params": {**s.params, **dict(args.param)}},
+                                     {**s.source, "params": "command line"})
+    except gate_config.GateConfigError as e:
+        raise UsageError(str(e)) from None
+    if not s.file:
+        raise UsageError("name the pipeline file to gate: proflab gate FILE --baseline OTHER (or --against main), "
+                         "or file = \"...\" under [tool.proflab.gate] in pyproject.toml")
+    if not s.baseline and not s.against:
+        raise UsageError(f"what should {Path(s.file).name} be measured against? --baseline FILE, or --against REV "
+                         "(a git revision: main, HEAD~1); or baseline/against under [tool.proflab.gate]")
+    for name in ("file", "baseline"):
+        if s.values.get(name) and not Path(s.values[name]).is_file():
+            raise UsageError(f"{paths.display(Path(s.values[name]))}: no such file ({name})")
+    if s.lab is not None:
+        _lab(str(s.lab))
+    against = paths.display(Path(s.baseline)) if s.baseline else s.against
+    try:
+        with _status(f"Gating {Path(s.file).name} against {against}…") as update:
+            result = gate.run(s, on_progress=update)
+    except revision.RevisionError as e:
+        raise UsageError(str(e)) from None
+    for path, write in ((args.junit, gate_report.to_junit), (args.json_out, gate_report.to_json)):
+        if path:
+            try:
+                atomic.write_text(path, write(result))
+            except OSError as e:
+                raise UsageError(errors.describe(e, "write")) from None
+    if args.json:
+        print(gate_report.to_json(result))
+    else:
+        gate_report.render(result, out, verbose=args.verbose)
+    return result.exit_code
+
+
 def cmd_quickstart(args) -> int:
     lab = _lab("1")
     out.print(f"[bold]proflab {__version__}[/] · profiling lab 1's slow pipeline and its reference fix.\n")
@@ -703,6 +779,45 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--rounds", type=_rounds, default=None, help="paired rounds of runs (default: the lab's)")
     device(sp)
     sp.set_defaults(func=cmd_grade)
+
+    sp = sub.add_parser("gate", help="measure a pipeline against a baseline (a file or a git revision): "
+                        "a regression gate for CI")
+    sp.add_argument("file", nargs="?", help="the pipeline file (pipeline(cfg) yields once per step); default: "
+                    "file in [tool.proflab.gate]")
+    against = sp.add_mutually_exclusive_group()
+    against.add_argument("--baseline", metavar="FILE", help="measure against this file")
+    against.add_argument("--against", metavar="REV", help="measure against the same file at this git revision "
+                         "(main, HEAD~1), with the project's tree as it was there")
+    sp.add_argument("--lab", help="take the workload, data and result rules from this lab's manifest")
+    sp.add_argument("--config", metavar="PATH", help="read [tool.proflab.gate] from this file (default: the "
+                    "nearest pyproject.toml)")
+    sp.add_argument("--max-slowdown", dest="max_slowdown", type=float, metavar="X",
+                    help="the slowdown that fails the gate (default 1.10: 10%% slower)")
+    for flag, kind, text in (("--batch-size", int, "cfg.batch_size"), ("--seed", int, "cfg.seed"),
+                             ("--warmup-steps", int, "untimed steps first"), ("--timed-steps", int, "steps timed"),
+                             ("--profile-steps", int, "steps profiled after them (0: no trace)"),
+                             ("--rounds", int, "paired rounds always measured"),
+                             ("--max-rounds", int, "rounds at most, for a close call"),
+                             ("--budget", float, "seconds of measuring at most"),
+                             ("--threads", int, "torch intra-op threads")):
+        dest = flag[2:].replace("-", "_") + ("_s" if flag == "--budget" else "")
+        sp.add_argument(flag, dest=dest, type=kind, metavar="N", help=text)
+    sp.add_argument("--data-dir", dest="data_dir", metavar="DIR", help="cfg.data_dir")
+    sp.add_argument("--param", action="append", type=_param, metavar="KEY=VALUE",
+                    help="one more cfg attribute (repeatable): --param hidden=512")
+    sp.add_argument("--allow-different-results", action="store_true",
+                    help="report values that differ between the versions without failing the gate")
+    sp.add_argument("--trace-dir", dest="trace_dir", metavar="DIR",
+                    help="where both traces are kept (default runs/gate)")
+    sp.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    sp.add_argument("--json-out", metavar="PATH", help="also write the JSON report to this file")
+    sp.add_argument("--junit", metavar="PATH", help="also write a JUnit XML report to this file")
+    sp.add_argument("--init-ci", choices=("github", "gitlab"), help="write a CI job that gates every pull "
+                    "request against its base branch, then stop")
+    sp.add_argument("--kit", default="proflab", metavar="REQUIREMENT", help="with --init-ci: how the job installs "
+                    "the kit (a pip requirement, like 'proflab @ git+https://host/proflab.git')")
+    device(sp)
+    sp.set_defaults(func=cmd_gate)
 
     sp = sub.add_parser("quickstart", help="prepare data, then profile and grade lab 1's reference fix")
     device(sp)

@@ -166,6 +166,11 @@ class Workload:
     startup_s: float = 0.0
     params: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    # Set by ``proflab gate`` only, for a project's own pipeline (never by a lab's manifest): the folder
+    # its cfg.data_dir names (default: the kit's data/), and whether Python threads of its own may work
+    # beside the timed steps (a prefetching thread of the project's is its design, not a trick).
+    data_dir: str = ""
+    background_threads: bool = False
 
     @property
     def total_steps(self) -> int:

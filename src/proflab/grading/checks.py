@@ -305,7 +305,7 @@ def check(
                 with forkserver.session():  # torch is imported once for the check's runs, not once each
                     preload = execute.preload_for(lab.original, learner)
                     execute.warm(lab, preload)  # while the data are verified and the file audited
-                    data = _prepare_data(lab)
+                    data = prepare_data(lab)
                     _grade(lab, learner, label, device, rounds, timeout, report, on_progress,
                            workdir=workdir or Path(file).resolve().parent, work=work, shown_as=Path(file),
                            data=data, preload=preload)
@@ -320,7 +320,7 @@ def check(
     return report
 
 
-def _prepare_data(lab: labs.Lab) -> Path | None:
+def prepare_data(lab: labs.Lab) -> Path | None:
     """The lab's data, verified by content (and rebuilt if a copy is incomplete), before any run."""
     if not lab.data:
         return None
@@ -346,7 +346,7 @@ def fingerprint(folder: Path | None) -> dict[str, tuple[int, int, int]]:
     return found
 
 
-def _tampering(original: Path, lab: labs.Lab, data: Path | None, data_print: dict) -> str:
+def tampering(original: Path, lab: labs.Lab, data: Path | None, data_print: dict) -> str:
     """What a learner's run changed of what the original is run from (its copy, the lab's data), or ""."""
     try:
         intact = labs.sha256(original) == lab.original_sha256
@@ -470,7 +470,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
             raise NotGraded(str(e)) from None
         if outcome.status == "kit":
             raise NotGraded(outcome.result.get("message", "the kit failed"))
-        if which == "learner" and (changed := _tampering(original, lab, data, data_print)):
+        if which == "learner" and (changed := tampering(original, lab, data, data_print)):
             outcome.status, outcome.result = "error", {"kind": "tampered", "message": changed}
         if outcome.ok and device == "auto":  # both versions then run where the first one did
             device = outcome.result["device"]
@@ -524,7 +524,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                                     "this is a problem of the kit or the machine, not of your fix")
                     report.traceback = outcome.result.get("traceback", "") or outcome.stderr
                     return
-                if originals and (diff := _differs(lab, originals[0], outcome)):
+                if originals and (diff := differs(lab, originals[0], outcome)):
                     report.verdict = "error"
                     report.error = f"two runs of the original disagree ({diff.message}): the lab is not deterministic here"
                     return
@@ -535,7 +535,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
         report.device = device
 
         for run in learners[len(report.timings["learner"]):]:
-            diff = _differs(lab, originals[0], run)
+            diff = differs(lab, originals[0], run)
             unread = (run.result.get("storage") or {}).get("unread")
             if diff is not None or unread:
                 runs.passed(f"{Path(file).name} ran all {lab.workload.total_steps} steps",
@@ -609,7 +609,7 @@ def _expected(first_original: execute.Outcome, run: execute.Outcome) -> list[dic
     return first_original.result["results"][:run.steps_asked]
 
 
-def _differs(lab: labs.Lab, first_original: execute.Outcome, run: execute.Outcome) -> compare.Difference | None:
+def differs(lab: labs.Lab, first_original: execute.Outcome, run: execute.Outcome) -> compare.Difference | None:
     """Where ``run``'s values differ from the original's first run's (a torchrun job's: rank by rank)."""
     if lab.distributed is None:
         return compare.compare(_expected(first_original, run), run.result["results"], lab.results)

@@ -134,10 +134,34 @@ class Change:
 SAME_SHARE = 0.002
 
 
+# The DataLoader's iterator is named after its kind (``_SingleProcessDataLoaderIter``, with workers
+# ``_MultiProcessingDataLoaderIter``): in a diff both are the one wait for the next batch.
+DATALOADER_NEXT = "enumerate(DataLoader)#…__next__"
+
+
+def diff_name(name: str) -> str:
+    """The name a row is matched by in a diff: itself, or the DataLoader's wait under one name."""
+    if name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__"):
+        return DATALOADER_NEXT
+    return name
+
+
+def _by_diff_name(rows: list[Row]) -> dict[str, Row]:
+    merged: dict[str, Row] = {}
+    for r in rows:
+        name = diff_name(r.name)
+        old = merged.get(name)
+        merged[name] = Row(name, r.calls, r.self_cpu_us, r.cpu_total_us, r.self_device_us) if old is None else \
+            Row(name, old.calls + r.calls, old.self_cpu_us + r.self_cpu_us, old.cpu_total_us + r.cpu_total_us,
+                old.self_device_us + r.self_device_us)
+    return merged
+
+
 def diff(before: Trace, after: Trace) -> list[Change]:
-    """Per step, what moved from ``before`` to ``after``: every name, largest move in self time first."""
-    a = {r.name: r for r in table(before, per_step=True)}
-    b = {r.name: r for r in table(after, per_step=True)}
+    """Per step, what moved from ``before`` to ``after``: every name, largest move in self time first
+    (the DataLoader's wait matched under one name, whichever iterator each version used)."""
+    a = _by_diff_name(table(before, per_step=True))
+    b = _by_diff_name(table(after, per_step=True))
     step_us = a[STEP].cpu_total_us if STEP in a else 1.0
     changes = []
     for name in a.keys() | b.keys():

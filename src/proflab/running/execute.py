@@ -188,7 +188,7 @@ def run(
         "batch_size": w.batch_size,
         "seed": w.seed,
         "threads": w.threads,
-        "data_dir": str(paths.data_dir()),
+        "data_dir": w.data_dir or str(paths.data_dir()),
         "params": w.params,
         "warmup_steps": w.warmup_steps,
         "timed_steps": w.timed_steps,
@@ -202,6 +202,7 @@ def run(
         "profile_mode": profile_mode,
         "result_path": str(result_path),
         "background_workers": w.background_workers,
+        "background_threads": w.background_threads,
         # The checker's own figures need the shapes (the work floor) and every thread (reads done elsewhere).
         "record_shapes": record_shapes or checking,
         # (With every thread profiled, torch 2.14 records no [memory] events at all: a lab graded on

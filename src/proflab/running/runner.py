@@ -367,7 +367,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             mark(b"E")
             if spec.get("learner_profiles"):  # what follows its last step (its table), after the timed window
                 _drain(iterator, len(kept), path)
-            beside = _background(threads_before, end - start, bool(spec.get("background_workers")))
+            beside = None if spec.get("background_threads") else \
+                _background(threads_before, end - start, bool(spec.get("background_workers")))
             if beside:
                 raise _Failure("background", f"work went on beside the timed steps: {beside}", file=str(path))
 

@@ -1,0 +1,127 @@
+"""Where ``proflab gate --init-ci`` writes the CI job that gates every pull request.
+
+The job installs the project (torch from PyTorch's CPU wheels: a hosted
+runner has no GPU, and the CUDA wheels are gigabytes), runs the gate against
+the branch the pull request goes into, and keeps the JUnit file and both
+traces as artifacts, whatever the verdict. The gate's settings are the
+project's ``[tool.proflab.gate]``; the job only adds the revision and the
+outputs. Nothing is overwritten: a file that exists already is left as it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+JUNIT = "proflab-gate.xml"
+REPORT = "proflab-gate.json"
+
+GITHUB_PATH = Path(".github/workflows/proflab-gate.yml")
+GITLAB_PATH = Path(".gitlab/proflab-gate.yml")
+GITLAB_MAIN = Path(".gitlab-ci.yml")
+
+
+def _lines(lines: list[str], prefix: str) -> str:
+    return "\n".join(prefix + line for line in lines)
+
+
+def gate_command(base: str, file: str | None) -> str:
+    target = f"{file} " if file else ""
+    return f'proflab gate {target}--against "{base}" --junit {JUNIT} --json-out {REPORT}'
+
+
+def github(install: list[str], file: str | None = None, trace_dir: str = "runs/gate") -> str:
+    return f"""# Written by `proflab gate --init-ci github`: gates every pull request against the branch it
+# goes into, with the settings in pyproject.toml's [tool.proflab.gate].
+name: proflab gate
+on:
+  pull_request:
+jobs:
+  gate:
+    runs-on: ubuntu-latest
+    timeout-minutes: 60
+    steps:
+      - uses: actions/checkout@v4
+        with:
+          fetch-depth: 0  # the base branch's history too: the baseline is taken from it
+      - uses: actions/setup-python@v5
+        with:
+          python-version: "3.11"
+      - name: Install
+        run: |
+          python -m pip install --upgrade pip
+          python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu
+{_lines(install, "          ")}
+      - name: Gate against ${{{{ github.base_ref }}}}
+        run: {gate_command("origin/${{ github.base_ref }}", file)}
+      - name: Keep the JUnit file and both traces
+        if: always()
+        uses: actions/upload-artifact@v4
+        with:
+          name: proflab-gate
+          path: |
+            {JUNIT}
+            {REPORT}
+            {trace_dir}/
+          if-no-files-found: ignore
+"""
+
+
+def gitlab(install: list[str], file: str | None = None, trace_dir: str = "runs/gate") -> str:
+    return f"""# Written by `proflab gate --init-ci gitlab`: gates every merge request against the branch it
+# goes into, with the settings in pyproject.toml's [tool.proflab.gate].
+proflab-gate:
+  image: python:3.11
+  rules:
+    - if: $CI_PIPELINE_SOURCE == "merge_request_event"
+  variables:
+    GIT_DEPTH: "0"  # the target branch's history too: the baseline is taken from it
+  script:
+    - python -m pip install --upgrade pip
+    - python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu
+{_lines(install, "    - ")}
+    - git fetch origin "$CI_MERGE_REQUEST_TARGET_BRANCH_NAME"
+    - {gate_command("origin/$CI_MERGE_REQUEST_TARGET_BRANCH_NAME", file)}
+  artifacts:
+    when: always
+    reports:
+      junit: {JUNIT}
+    paths:
+      - {JUNIT}
+      - {REPORT}
+      - {trace_dir}/
+"""
+
+
+GITLAB_INCLUDE = f"include:\n  - local: {GITLAB_PATH.as_posix()}\n"
+
+
+def install_lines(project: Path, kit: str) -> list[str]:
+    """What the job installs besides torch: the kit (``kit``: a pip requirement, such as
+    ``proflab @ git+https://host/proflab.git``), the project's requirements file, the project itself."""
+    lines = [f'python -m pip install "{kit}"']
+    if (project / "requirements.txt").is_file():
+        lines.append("python -m pip install -r requirements.txt")
+    pyproject = project / "pyproject.toml"
+    declared = pyproject.is_file() and "[project]" in pyproject.read_text(encoding="utf-8", errors="replace")
+    if declared or (project / "setup.py").is_file():
+        lines.append("python -m pip install -e .")
+    return lines
+
+
+def write(kind: str, project: Path, kit: str = "proflab", file: str | None = None,
+          trace_dir: str = "runs/gate") -> list[Path]:
+    """Write the job's files under ``project``; the paths written. FileExistsError names one that exists."""
+    install = install_lines(project, kit)
+    if kind == "github":
+        planned = {GITHUB_PATH: github(install, file, trace_dir)}
+    else:
+        planned = {GITLAB_PATH: gitlab(install, file, trace_dir)}
+        if not (project / GITLAB_MAIN).exists():
+            planned[GITLAB_MAIN] = GITLAB_INCLUDE
+    for path in planned:
+        if (project / path).exists():
+            raise FileExistsError(str(path))
+    for path, text in planned.items():
+        (project / path).parent.mkdir(parents=True, exist_ok=True)
+        (project / path).write_text(text, encoding="utf-8")
+    return list(planned)

@@ -1,0 +1,84 @@
+"""Where a file is taken at another git revision: the baseline of ``proflab gate --against REV``.
+
+The whole tree of tracked files at that revision is exported (``git archive``)
+into a scratch folder, not the one file alone: a pipeline imports its
+project's modules, and the baseline must import them as they were there too.
+Nothing of the working tree is touched: no checkout, no stash, no worktree.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class RevisionError(ValueError):
+    """The revision, the repository or the file cannot be used (a usage error: exit 2)."""
+
+
+@dataclass(frozen=True)
+class Tree:
+    root: Path  # the exported tree
+    revision: str  # as given (main, HEAD~1)
+    commit: str  # what it named: 40 hex digits
+    repo: Path  # the repository's top folder
+
+    def image(self, path: Path) -> Path:
+        """Where ``path`` (in the working tree) lies in the exported tree."""
+        return self.root / Path(path).resolve().relative_to(self.repo)
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        raise RevisionError("git is not installed here: --against needs it (or compare with --baseline FILE)") \
+            from None
+    except subprocess.TimeoutExpired:
+        raise RevisionError(f"git {' '.join(args)} did not answer within 120 s") from None
+    if done.returncode != 0:
+        raise RevisionError((done.stderr.strip().splitlines() or [f"git {args[0]} failed"])[-1])
+    return done.stdout.strip()
+
+
+def export(revision: str, file: Path, into: Path) -> tuple[Tree, Path]:
+    """The tree at ``revision`` of the repository ``file`` is in, exported into ``into``, and ``file``'s
+    copy there."""
+    file = Path(file).resolve()
+    try:
+        repo = Path(_git(["rev-parse", "--show-toplevel"], file.parent)).resolve()
+    except RevisionError:
+        raise RevisionError(f"{file.parent} is not inside a git repository: --against needs one "
+                            "(or compare with --baseline FILE)") from None
+    try:
+        commit = _git(["rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], repo)
+    except RevisionError:
+        commit = ""
+    if not commit:
+        raise RevisionError(f"'{revision}' names no commit of {repo} (a branch, a tag, a commit, HEAD~1); "
+                            "in a CI job, fetch it first (git fetch origin main, or a checkout with "
+                            "fetch-depth: 0)")
+    inside = file.relative_to(repo).as_posix()
+    listed = _git(["ls-tree", "--name-only", commit, "--", inside], repo)
+    if not listed:
+        raise RevisionError(f"{inside} does not exist at {revision} ({commit[:12]}): there is nothing to compare "
+                            "it with; compare with --baseline FILE instead")
+    into.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(["git", "archive", "--format=tar", commit], cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            tar.extractall(into, filter="data")
+    except tarfile.TarError as e:
+        proc.kill()
+        raise RevisionError(f"git archive {revision} could not be unpacked: {e}") from None
+    finally:
+        proc.stdout.close()
+        error = proc.stderr.read().decode(errors="replace").strip()
+        proc.stderr.close()
+        if proc.wait() != 0:
+            raise RevisionError(f"git archive {revision} failed: {error.splitlines()[-1] if error else ''}")
+    tree = Tree(into.resolve(), revision, commit, repo)
+    return tree, tree.image(file)
