@@ -439,7 +439,7 @@ def _publish(s: Settings, report: GateReport) -> None:
             report.traces.pop(which)
             continue
         try:
-            report.traces[which] = str(traces.publish(path, Path(s.trace_dir) / which))
+            report.traces[which] = str(traces.publish(path, Path(s.trace_dir).resolve() / which))
         except OSError:
             report.traces.pop(which)  # the verdict stands; only the trace is not kept
 
