@@ -162,6 +162,11 @@ RUN_OUTPUT_CHARS = 256_000  # what `proflab run` keeps of a program's output (a 
 
 def cmd_run(args) -> int:
     lab, file = _lab_and_file(args.lab, args.file, args.version)
+    if lab.gating is not None:
+        target = _lab(lab.gating.lab)
+        raise UsageError(f"lab {lab.number}'s {file.name} holds a gate's settings, not a pipeline to profile; "
+                         f"try them: proflab gate {paths.display(target.exercise)} --baseline "
+                         f"{paths.display(target.original)} --config {paths.display(file)}")
     label = _label(lab, file)
     w = lab.workload
     doing = (f"Running {file.name}: {w.warmup_steps + w.timed_steps} steps, profiled by your own code…"
@@ -387,7 +392,7 @@ def cmd_reset(args) -> int:
     backup = None
     if mine is not None:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-        backup = paths.state_dir() / "backups" / lab.slug / f"{exercise.stem}-{stamp}.py"
+        backup = paths.state_dir() / "backups" / lab.slug / f"{exercise.stem}-{stamp}{exercise.suffix}"
         try:
             backup.parent.mkdir(parents=True, exist_ok=True)
             atomic.write_verified(backup, mine, like=exercise)  # read back and compared byte for byte

@@ -239,6 +239,22 @@ class Answer:
 
 
 @dataclass(frozen=True)
+class Gating:
+    """A lab whose exercise is a gate's settings (``[gate]``, lab 7), not a pipeline: the checker runs
+    ``proflab gate`` with them on another lab's fix, once against itself (it must pass) and once with
+    the fix undone (``regression``, that lab's original, as the candidate: it must fail, naming ``cause``).
+    Only the settings named in ``settings`` may be set (how to gate); what is gated is the checker's."""
+
+    lab: str  # whose fix is gated
+    fix: str  # that lab's file that holds the fix ("solution.py")
+    fix_sha256: str  # the fix as the kit ships it: an edited one is refused
+    regression: str  # the fix undone ("original.py")
+    cause: str  # what the gate's report on the regression must name ("DataLoader")
+    settings: tuple[str, ...]
+    where: str = ""  # where to look when the cause is not named
+
+
+@dataclass(frozen=True)
 class Lab:
     number: int
     name: str
@@ -269,6 +285,7 @@ class Lab:
     # factor 1 / share by which the original's peak exceeds the learner's.
     leaner: dict[str, float] = field(default_factory=dict)
     distributed: Distributed | None = None  # a torchrun job of several ranks ([distributed], lab 6)
+    gating: Gating | None = None  # the exercise is a gate's settings ([gate], lab 7)
 
     @property
     def slug(self) -> str:
@@ -444,6 +461,12 @@ def _answer_spec() -> Spec:
     return {"question": (_TEXT, True), "metric": (metric, True), "where": (_TEXT, True),
             "tolerance": (_NOT_NEGATIVE, False)}
 _STORAGE: Spec = {"folder": (_FOLDER, True), "latency_ms": (_POSITIVE, True)}
+_LAB_NAME = _Kind("a lab's number or name", lambda v: (isinstance(v, int) and not isinstance(v, bool)) or _is_text(v))
+_GATE: Spec = {"lab": (_LAB_NAME, True), "fix": (_FILE, True), "fix_sha256": (_SHA, True),
+               "regression": (_FILE, True), "cause": (_TEXT, True), "settings": (_TEXTS, True),
+               "where": (_STRING, False)}
+# A gate lab runs no pipeline of its own: its workload is only the checker's time limits.
+GATE_WORKLOAD = Workload(batch_size=1, warmup_steps=0, timed_steps=1, profile_steps=0, rounds=1, timeout_s=900)
 _DISTRIBUTED: Spec = {"nproc": (_integer(2), True), "same_on_every_rank": (_TEXTS, False),
                       "own_on_each_rank": (_TEXTS, False)}
 
@@ -549,7 +572,11 @@ def _files(table: dict, folder: Path, p: _Problems) -> dict[str, Path]:
 
 def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
     """The lab that ``data`` describes, or None with every problem in ``p``."""
-    top = p.table(data, "", _TOP)
+    gate_lab = isinstance(data.get("gate"), dict)  # lab 7: no pipeline, so no workload, results or speed-up
+    spec = {**_TOP, "gate": (_TABLE, False)}
+    if gate_lab:
+        spec.update(workload=(_TABLE, False), results=(_TABLE, False))
+    top = p.table(data, "", spec)
     files = _files(top["files"], folder, p) if "files" in top else {}
     workload = p.table(top["workload"], "workload", _WORKLOAD) if "workload" in top else {}
 
@@ -577,11 +604,12 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
     speedup = p.table(top["speedup"], "speedup", _SPEEDUPS) if "speedup" in top else {}
     overhead = p.table(top["overhead"], "overhead", _OVERHEADS) if "overhead" in top else {}
     leaner = p.table(top["memory"], "memory", _PEAK_SHARES) if "memory" in top else {}
-    if sum(key in top for key in ("speedup", "overhead", "memory")) != 1:
+    gating = p.table(top["gate"], "gate", _GATE) if gate_lab else None
+    if not gate_lab and sum(key in top for key in ("speedup", "overhead", "memory")) != 1:
         p.add("", "give one of [speedup] (how much faster a fix must be), [overhead] (how little slower "
                   "a profiled version may be) or [memory] (how much less memory a fix may use at its peak)")
     profiling = p.table(top["profile"], "profile", _PROFILE) if "profile" in top else None
-    if profiling is None and "evidence" not in top:
+    if profiling is None and "evidence" not in top and not gate_lab:
         p.add("", "[evidence] is missing: it says what the trace of a good fix shows")
     given_steps = workload.get("profile_steps")
     if profiling is None and given_steps is not None and given_steps < 2:
@@ -618,7 +646,7 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
         exercise=files["exercise"],
         solution=files["solution"],
         original_sha256=top["files"]["original_sha256"].lower(),
-        workload=Workload(**workload),
+        workload=Workload(**workload) if not gate_lab else GATE_WORKLOAD,
         results=tuple(rules),
         evidence=Evidence(**{**evidence, "work_ops": tuple(evidence.get("work_ops", ())),
                              "not_a_fix": tuple(evidence.get("not_a_fix", {}).items())}) if evidence else None,
@@ -638,6 +666,9 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
                                 same_on_every_rank=tuple(distributed.get("same_on_every_rank", ())),
                                 own_on_each_rank=tuple(distributed.get("own_on_each_rank", ())))
         if distributed is not None and "nproc" in distributed else None,
+        gating=Gating(lab=str(gating["lab"]), fix=gating["fix"], fix_sha256=gating["fix_sha256"].lower(),
+                      regression=gating["regression"], cause=gating["cause"], settings=tuple(gating["settings"]),
+                      where=gating.get("where", "")) if gating and len(gating) >= 6 else None,
     )
 
 

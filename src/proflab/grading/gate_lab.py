@@ -1,0 +1,182 @@
+"""Where a gate lab (lab 7) is graded: the learner's gate settings, run by the checker on a known fix.
+
+The exercise is not a pipeline but the ``[tool.proflab.gate]`` table a
+project would keep in its pyproject.toml. The checker reads it (data: no
+code of the learner's runs), then runs the real ``proflab gate`` machinery
+with it twice, on the kit's own files, verified by their fingerprints:
+
+    1. settings      the table reads, and sets only how to gate, not what
+    2. unchanged     the fix against itself: no regression (a false alarm,
+                     or "too noisy to call", blocks every pull request)
+    3. regression    the fix undone against the fix: a regression
+    4. cause         that verdict names what changed (the DataLoader)
+
+Each gate's traces are published under ``runs/07-gate/`` (runs
+``unchanged`` and ``regression``, a baseline and a candidate each).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .. import labs, paths
+from . import gate as gating
+from . import gate_config
+from .checks import CHECKS, FAILED, PASSED, Check, NotGraded, Progress, Report, snapshot, trace_dir, workspace
+
+TITLES = {
+    "runs": ("Your gate's settings", "the file holds a [tool.proflab.gate] table that sets how to gate"),
+    "same_results": ("Passes the unchanged fix", "your gate, on the fix against itself, says no regression"),
+    "evidence": ("Catches the regression", "your gate, on the fix undone against the fix, says regression"),
+    "faster": ("Names the cause", "its report on the regression names what changed"),
+}
+
+
+def checks_of(lab: labs.Lab) -> tuple[tuple[str, str, str], ...]:
+    return tuple((name, *TITLES[name]) for name, _, _ in CHECKS)
+
+
+def check(lab: labs.Lab, file: Path, label: str = "yours", device: str = "auto",
+          on_progress: Progress = lambda message: None) -> Report:
+    started = time.perf_counter()
+    report = Report(lab=lab.name, number=lab.number, title=lab.title, file=str(file), label=label,
+                    checks=[Check(*c) for c in checks_of(lab)], runs_dir=str(paths.runs_dir() / lab.slug))
+    try:
+        with workspace("check-") as work:
+            try:
+                mine = snapshot(file, work / "learner")
+            except OSError as e:
+                report.verdict = "error"
+                report.error = (f"{file} does not exist" if isinstance(e, FileNotFoundError) else
+                                f"{file} could not be read: {e.strerror or e}")
+                return report
+            report.file_sha256 = labs.sha256(mine)
+            _grade(lab, mine, Path(file), device, report, on_progress)
+    except NotGraded as e:
+        report.verdict = "error"
+        report.error = f"{e}. This is the kit's or the machine's failure, not your settings'"
+    finally:
+        report.duration_s = time.perf_counter() - started
+    return report
+
+
+def _settings(lab: labs.Lab, mine: Path, shown: Path, report: Report) -> dict | None:
+    """The learner's settings, or None with the first check failed and why."""
+    runs = report.check("runs")
+    try:
+        found = gate_config.read_file(mine, required=True)
+    except gate_config.GateConfigError as e:
+        runs.failed(str(e).replace(str(mine), str(shown)), "a [tool.proflab.gate] table of known settings",
+                    "a table the gate cannot use", "compare it with the exercise as handed out "
+                    f"(`proflab reset {lab.name}` backs yours up first)")
+        return None
+    g = lab.gating
+    what = sorted(set(found) - set(g.settings))
+    if what:
+        runs.failed(f"{shown.name} sets {', '.join(what)}: those change what is gated, not how",
+                    f"only {', '.join(s for s in g.settings if s not in ('file', 'baseline', 'against', 'trace_dir'))}",
+                    ", ".join(what), f"this lab grades how you gate lab {g.lab}'s fix: the checker chooses the files "
+                    "and their workload; leave the others out")
+        return None
+    if "lab" in found and _lab_name(found["lab"]) != _lab_name(g.lab):
+        runs.failed(f"{shown.name} gates lab {found['lab']}; this lab gates lab {g.lab}'s fix",
+                    f'lab = "{g.lab}"', repr(found["lab"]), "set lab to the lab whose fix you gate")
+        return None
+    return found
+
+
+def _lab_name(value) -> str:
+    try:
+        return labs.resolve(str(value)).name
+    except (labs.LabNotFound, labs.ManifestError):
+        return str(value)
+
+
+def _grade(lab: labs.Lab, mine: Path, shown: Path, device: str, report: Report, on_progress: Progress) -> None:
+    runs, unchanged, caught, cause = (report.check(n) for n, *_ in CHECKS)
+    g = lab.gating
+    if labs.sha256(lab.original) != lab.original_sha256:
+        report.verdict = "error"
+        report.error = (f"{lab.original} was edited; restore it (`git checkout -- {paths.display(lab.original)}`)")
+        return
+    found = _settings(lab, mine, shown, report)
+    if found is None:
+        report.verdict = FAILED
+        return
+    target = labs.resolve(g.lab)
+    fix, undone = target.folder / g.fix, target.folder / g.regression
+    if not fix.is_file() or labs.sha256(fix) != g.fix_sha256 or not target.original_is_intact():
+        raise NotGraded(f"lab {target.number}'s {g.fix} or {g.regression} is not as the kit ships it (restore them "
+                        f"with `git checkout -- {paths.display(target.folder)}`)")
+    how = {k: v for k, v in found.items() if k not in ("file", "baseline", "against", "trace_dir")}
+    limit = how.get("max_slowdown", gate_config.KEYS["max_slowdown"].default)
+    runs.passed(f"{shown.name} gates lab {target.number}'s fix with max_slowdown {limit:g}, "
+                f"{how.get('rounds', gate_config.KEYS['rounds'].default)} to "
+                f"{how.get('max_rounds', gate_config.KEYS['max_rounds'].default)} rounds",
+                actual=", ".join(f"{k} = {v}" for k, v in sorted(how.items())))
+
+    def run_gate(candidate: Path, name: str, n: int) -> gating.GateReport:
+        values = {**how, "lab": target.name, "file": str(candidate), "baseline": str(fix),
+                  "trace_dir": str(trace_dir(lab, name))}
+        if device != "auto":
+            values["device"] = device
+        settings = gate_config.Settings(values, {k: "lab 7" for k in values})
+        done = gating.run(settings, on_progress=lambda text: on_progress(f"gate {n} of 2 ({name}): {text}"))
+        if done.verdict == "error":
+            raise NotGraded(f"the {name} gate could not run: {done.error}")
+        report.evidence[name] = {k: getattr(done, k) for k in ("verdict", "slowdown", "because", "duration_s",
+                                                               "changes", "traces", "stopped")}
+        report.evidence[name]["rounds"] = (done.comparison or {}).get("rounds", 0)
+        report.traces.update({f"{name}_{which}": path for which, path in done.traces.items()})
+        report.device = done.device
+        return done
+
+    first = run_gate(fix, "unchanged", 1)
+    told = _told(first)
+    if first.verdict == PASSED:
+        unchanged.passed(f"no regression on the unchanged fix: {told}", f"its interval under {limit:g}×", told)
+    elif first.verdict == FAILED:
+        unchanged.failed(f"a false alarm: your gate calls the unchanged fix a regression ({told})",
+                         "no regression", told, "a max_slowdown this close to 1 fails pull requests that change "
+                         "nothing: choose the smallest slowdown worth failing one for")
+    else:
+        unchanged.failed(f"your gate could not call the unchanged fix: {told}, too noisy to call against "
+                         f"{limit:g}× after {first.comparison['rounds']} rounds. A gate that cannot pass an unchanged "
+                         "pull request blocks every one", "no regression", f"too noisy to call ({told})",
+                         "the interval must fit under max_slowdown: a limit just above 1.0 asks for more precision "
+                         "than this machine's noise allows; raise it, or give a close call more rounds (max_rounds)")
+    if unchanged.status != PASSED:
+        report.verdict = FAILED
+        return
+
+    second = run_gate(undone, "regression", 2)
+    told = _told(second)
+    if second.verdict == FAILED:
+        caught.passed(f"regression caught: the fix undone is {told}", f"its interval above {limit:g}×", told)
+    else:
+        caught.failed(f"your gate let the fix undone through: {told}, "
+                      + ("no regression" if second.verdict == PASSED else "too noisy to call")
+                      + f" against {limit:g}×", f"regression (above {limit:g}×)", told,
+                      "a max_slowdown this high lets a slowdown this large through: choose the smallest slowdown "
+                      "worth failing a pull request for")
+        report.verdict = FAILED
+        return
+    because = second.because.get("slower", "")
+    if g.cause in because:
+        cause.passed(f"the report names it: {because}", f"'{g.cause}' among what changed", because)
+        report.verdict = PASSED
+    else:
+        said = because or ("nothing: no trace was recorded" if not second.traces else "nothing")
+        cause.failed(f"the gate failed the pull request without naming the {g.cause}: its report says {said}",
+                     f"'{g.cause}' named in the report", said,
+                     "profile a few steps of each version (profile_steps of 2 or more): the report then names "
+                     f"what changed most; {g.where}")
+        report.verdict = FAILED
+
+
+def _told(done: gating.GateReport) -> str:
+    s = done.slowdown
+    rounds = (done.comparison or {}).get("rounds", 0)
+    return (f"{s['median']:.2f}× the fix's step time (95% interval {s['low']:.2f}–{s['high']:.2f}×, "
+            f"{rounds} rounds)")
