@@ -37,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -80,6 +81,21 @@ def hog(stop) -> None:
     x = 0
     while not stop.is_set():
         x = (x * 31 + 7) % 1000003
+
+
+@contextmanager
+def one_core_hogged(enabled: bool = True):
+    """A busy loop on one core for as long as the block runs (none when not ``enabled``)."""
+    stop = multiprocessing.Event()
+    hogger = multiprocessing.Process(target=hog, args=(stop,), daemon=True) if enabled else None
+    if hogger:
+        hogger.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if hogger:
+            hogger.join(timeout=5)
 
 
 def calibration_lab(root: Path) -> None:

@@ -4,7 +4,8 @@
 # speed-ups against the cuda thresholds, the evidence from the traces), the
 # alternative fixes of labs 3, 5 and 6 (lab 5: peak device memory read by nvidia-smi; lab 6: a torchrun
 # job of two ranks, nccl with a GPU each, gloo on one GPU), the profiler's overhead, and lab 0's (the
-# learner's own profile, its window against profiling everything). Writes the table to
+# learner's own profile, its window against profiling everything), lab 7's reference settings and untouched
+# exercise, and the gate on lab 1's fix undone. Writes the table to
 # benchmarks/results/<date>-cuda.md (and the raw figures beside it).
 #
 #   bash benchmarks/cuda_acceptance.sh [REPEATS]
@@ -22,4 +23,11 @@ python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no C
   python benchmarks/bench_checks.py --labs 6 --repeats "$repeats" --device cuda --json-out "$out-lab6.json" \
     --also tests/learner_files/lab6_no_sync_small_buckets.py tests/learner_files/lab6_by_hand.py
   python benchmarks/bench_lab0.py --rounds 3 --device cuda
+  echo; echo "## Lab 7 and the gate on cuda"; echo '```text'
+  # (their exit codes are the verdicts: 1 for the exercise and the regression is the expected answer)
+  python -m proflab check 7 --file labs/07_gate/solution.toml --device cuda || true
+  python -m proflab check 7 --device cuda || true
+  python -m proflab gate labs/01_dataloader/original.py --baseline labs/01_dataloader/solution.py --lab 1 \
+    --device cuda --trace-dir "$out-gate" || true
+  echo '```'
 } | tee "$out.md"

@@ -91,11 +91,12 @@ def lab1_gates(kit, tmp_path_factory):
     """The lab's original gated against its fix, and the fix against the original (JUnit and JSON out)."""
     out = tmp_path_factory.mktemp("gate-lab1")
     lab = kit.lab1
+    # Two base rounds: a 3x difference is called after them (a close call would get more).
     broken = gate(kit.root, str(lab / "original.py"), "--baseline", str(lab / "solution.py"), "--lab", "1",
-                  "--junit", str(out / "broken.xml"), "--json-out", str(out / "broken.json"),
+                  "--rounds", "2", "--junit", str(out / "broken.xml"), "--json-out", str(out / "broken.json"),
                   "--trace-dir", str(out / "traces"), kit=kit)
     fixed = gate(kit.root, str(lab / "solution.py"), "--baseline", str(lab / "original.py"), "--lab", "1",
-                 "--json", kit=kit)
+                 "--rounds", "2", "--json", kit=kit)
     return broken, fixed, out
 
 
@@ -156,18 +157,24 @@ def test_a_candidate_identical_to_its_baseline_passes(project):
     assert report["settings"]["timed_steps"] == 4 and report["settings"]["params"] == {"scale": 1.0}
 
 
-def test_against_a_git_revision_finds_the_slower_commit(project):
+def test_against_a_git_revision_finds_the_slower_commit_in_a_module_it_imports(project):
+    # The pipeline file is the same at both commits: the slower step is in the project module it imports,
+    # which the baseline must import as it was at the revision.
+    (project / "pipeline.py").write_text(PIPELINE.format(step_ms="helper.STEP_MS").replace(
+        "import torch\n", "import torch\n\nimport helper\n", 1))
+    (project / "helper.py").write_text("STEP_MS = 20\n")
     git(project, "init", "-q", "-b", "main")
     git(project, "add", ".")
     git(project, "commit", "-qm", "fast")
-    (project / "pipeline.py").write_text(PIPELINE.format(step_ms=40))
+    (project / "helper.py").write_text("STEP_MS = 40\n")
     git(project, "commit", "-qam", "slow")
-    proc = gate(project, "--against", "HEAD~1", "--json")
+    proc = gate(project, "pipeline.py", "--against", "HEAD~1", "--json")
     report = as_json(proc)
     assert proc.returncode == 1, report["checks"]
     assert report["against"] == "HEAD~1" and len(report["commit"]) == 40
     assert report["baseline"] == "HEAD~1:pipeline.py"
     assert 1.6 < report["slowdown"]["median"] < 2.4
+    assert git(project, "status", "--porcelain", "--untracked-files=no") == ""  # the tree is as it was
     # A revision that does not exist, and a file the revision does not have, are usage errors.
     missing = gate(project, "--against", "no-such-branch")
     assert missing.returncode == 2 and "names no commit" in missing.stderr

@@ -95,7 +95,7 @@ def test_a_broken_manifest_is_named_and_blocks_no_other_lab(tmp_path, root_is, b
     root_is(kit)
 
     good, broken = labs.discover_all()
-    assert [lab.number for lab in good] == [0, 2, 3, 4, 5, 6]
+    assert [lab.number for lab in good] == [0, 2, 3, 4, 5, 6, 7]
     message = {b.folder: b.message for b in broken}[kit.lab1]
     assert message.startswith(f"{LAB1}: "), message
     for part in said:
@@ -105,7 +105,7 @@ def test_a_broken_manifest_is_named_and_blocks_no_other_lab(tmp_path, root_is, b
             labs.load(kit.lab1)
         assert str(e.value) == message
     assert [b.folder for b in labs.broken()] == [b.folder for b in broken]
-    assert [lab.number for lab in labs.discover()] == [0, 2, 3, 4, 5, 6]
+    assert [lab.number for lab in labs.discover()] == [0, 2, 3, 4, 5, 6, 7]
 
     listed = kit.run("list")
     shown = one_line(listed.stdout)
@@ -155,7 +155,7 @@ def test_two_labs_with_one_name_are_both_broken(tmp_path, root_is):
     broken = {b.folder.name: b.message for b in labs.broken()}
     assert "name 'dataloader' is also the name of labs/09_again/lab.toml" in broken["01_dataloader"]
     assert "name 'dataloader' is also the name of labs/01_dataloader/lab.toml" in broken["09_again"]
-    assert [lab.number for lab in labs.discover()] == [0, 2, 3, 4, 5, 6]
+    assert [lab.number for lab in labs.discover()] == [0, 2, 3, 4, 5, 6, 7]
 
 
 def test_every_problem_of_a_manifest_is_reported_at_once(tmp_path, root_is):
@@ -284,6 +284,7 @@ def test_when_no_lab_loads_list_shows_why_and_exits_3(tmp_path, root_is):
     kit = make_kit(tmp_path)
     for folder in ("00_profiler", "01_dataloader", "02_embeddings", "03_fusion", "04_syncs", "05_memory", "06_distributed"):
         edit(kit, "timeout_s = ", "timeout_s = -", folder=folder)
+    edit(kit, 'cause = "DataLoader"', 'cause = ""', folder="07_gate")  # a gate lab has no workload of its own
     root_is(kit)
     with pytest.raises(labs.ManifestError, match="04_syncs"):
         labs.discover()
@@ -293,6 +294,7 @@ def test_when_no_lab_loads_list_shows_why_and_exits_3(tmp_path, root_is):
     shown = one_line(proc.stdout)
     assert all(f"labs/{f}/lab.toml: [workload] timeout_s must be a number above 0" in shown
                for f in ("00_profiler", "01_dataloader", "02_embeddings", "03_fusion", "04_syncs", "05_memory", "06_distributed")), shown
+    assert "labs/07_gate/lab.toml: [gate] cause must be a non-empty string" in shown, shown
 
 
 def test_an_unknown_name_is_still_a_usage_error(tmp_path):
@@ -309,6 +311,14 @@ def test_every_shipped_manifest_validates():
     assert [lab.folder for lab in good] == folders
     for folder in [*folders, REPO / "tests" / "calibration"]:
         lab = labs.load(folder)
+        if lab.gating is not None:  # a gate lab: the fix it gates is the other lab's file, as shipped
+            from proflab.grading.gate_config import KEYS
+
+            target = labs.resolve(lab.gating.lab, good)
+            assert labs.sha256(target.folder / lab.gating.fix) == lab.gating.fix_sha256
+            assert (target.folder / lab.gating.regression).is_file()
+            assert set(lab.gating.settings) <= set(KEYS)
+            continue
         assert lab.results and (lab.threshold("cpu") >= 1.0 and lab.evidence.metric if lab.profiling is None
                                 else 0 < lab.threshold("cpu") < 1 and lab.answers)
 

@@ -135,6 +135,7 @@ class Report:
     traceback: str = ""
     duration_s: float = 0.0
     stopped: str = ""  # why the measuring stopped: decided | round limit | time budget
+    against: str = "against the original"  # what the file is checked against, in words (lab 7: the gates it runs)
 
     @property
     def exit_code(self) -> int:

@@ -23,6 +23,7 @@ imports modules that may have changed, so both are always measured.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -234,6 +235,8 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
                                   workdir=gate.baseline_workdir if which == "baseline" else gate.workdir,
                                   shown_as=Path(s.file) if which == "candidate" else
                                   (Path(s.baseline) if s.baseline else file),
+                                  sys_path=gate.tree.import_paths(sys.path) if gate.tree and which == "baseline"
+                                  else None,
                                   steps=None if first else {"profile_steps": 0})
         except errors.KitError as e:
             raise NotGraded(str(e)) from None
@@ -286,6 +289,7 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
                         return
                 if done["baseline"]:
                     outcome.result.pop("results")
+                    outcome.result.pop("rank_results", None)
             done[which].append(outcome)
         report.device = device
 
@@ -300,6 +304,7 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
                     return
                 report.different = diff.message
             run.result.pop("results")
+            run.result.pop("rank_results", None)
         allowance = checks.first_step_allowance(lab, done["baseline"])
         for which in VERSIONS:
             report.timings[which] = [checks.counted_step_s(o, allowance) for o in done[which]]

@@ -41,7 +41,8 @@ def check(lab: labs.Lab, file: Path, label: str = "yours", device: str = "auto",
           on_progress: Progress = lambda message: None) -> Report:
     started = time.perf_counter()
     report = Report(lab=lab.name, number=lab.number, title=lab.title, file=str(file), label=label,
-                    checks=[Check(*c) for c in checks_of(lab)], runs_dir=str(paths.runs_dir() / lab.slug))
+                    checks=[Check(*c) for c in checks_of(lab)], runs_dir=str(paths.runs_dir() / lab.slug),
+                    against=f"as the gate of lab {lab.gating.lab}'s fix")
     try:
         with workspace("check-") as work:
             try:
@@ -104,7 +105,10 @@ def _grade(lab: labs.Lab, mine: Path, shown: Path, device: str, report: Report, 
     if found is None:
         report.verdict = FAILED
         return
-    target = labs.resolve(g.lab)
+    try:
+        target = labs.resolve(g.lab)
+    except (labs.LabNotFound, labs.ManifestError) as e:
+        raise NotGraded(f"lab {lab.number} gates the fix of lab '{g.lab}', which cannot be loaded ({e})") from None
     fix, undone = target.folder / g.fix, target.folder / g.regression
     if not fix.is_file() or labs.sha256(fix) != g.fix_sha256 or not target.original_is_intact():
         raise NotGraded(f"lab {target.number}'s {g.fix} or {g.regression} is not as the kit ships it (restore them "

@@ -170,7 +170,7 @@ def find(folder: Path, only: labs.Lab | None, known: list[labs.Lab]) -> Found:
         if not path.is_file():
             skipped.append(Skipped(shown, "not a readable file", owner))
             return
-        if path.suffix != ".py":
+        if path.suffix not in (".py", ".toml"):
             skipped.append(Skipped(shown, "not a Python file (.py)", owner))
             return
         try:
@@ -180,6 +180,10 @@ def find(folder: Path, only: labs.Lab | None, known: list[labs.Lab]) -> Found:
             return
         if isinstance(lab, str):
             skipped.append(Skipped(shown, lab, owner))
+            return
+        if path.suffix != lab.exercise.suffix:  # a pipeline is .py; a gate lab's settings (lab 7) are .toml
+            kind = "a gate's settings (.toml)" if lab.gating is not None else "a Python file (.py)"
+            skipped.append(Skipped(shown, f"lab {lab.number}'s submission is {kind}", owner))
             return
         first = graded_as.get((learner, lab.number))
         if first:

@@ -63,8 +63,9 @@ def to_markdown(report: Report) -> str:
 
     verdict = {PASSED: "PASSED", FAILED: "FAILED", INCONCLUSIVE: "INCONCLUSIVE"}.get(report.verdict, "NOT GRADED")
     lines = [f"## Lab {report.number} · {report.title}: {verdict}", "",
-             f"`{Path(report.file).name}` (run `{report.label}`) against the original (run `original`), "
-             f"on {report.device}, in {report.duration_s:.0f} s.", ""]
+             f"`{Path(report.file).name}` (run `{report.label}`) "
+             + ("against the original (run `original`), " if report.against == "against the original" else
+                f"{report.against}, ") + f"on {report.device}, in {report.duration_s:.0f} s.", ""]
     if report.error:
         return "\n".join(lines + [f"**Cannot grade:** {report.error}"])
     lines += ["| check | verdict | expected | measured |", "|---|---|---|---|"]
@@ -113,7 +114,7 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
     console.print(f"[bold]Lab {report.number} · {escape(report.title)}[/]")
     what = ("the lab's reference fix, " if report.label == "reference" else "") + shown(paths.display(report.file))
     where = f" on {shown(report.device)}" if report.device and report.device != "?" else ""
-    console.print(f"[dim]checking {what} against the original{where}[/]")
+    console.print(f"[dim]checking {what} {escape(report.against)}{where}[/]")
     console.print()
     if report.error:
         console.print(f"[red]✗ Cannot grade:[/] {shown(report.error)}")

@@ -153,6 +153,7 @@ def run(
     shown_as: Path | None = None,
     output_chars: int = OUTPUT_TAIL_CHARS,
     preload: tuple[str, ...] | None = None,
+    sys_path: list[str] | None = None,
 ) -> Outcome:
     """Run ``file`` (a version of ``lab``) once in a fresh process, in ``workdir`` (default: the file's folder).
 
@@ -162,6 +163,9 @@ def run(
 
     ``shown_as``: the learner's own file, when ``file`` is the checker's
     snapshot of it; the lab module's ``__file__`` is then that path.
+
+    ``sys_path``: folders put first on the run's ``sys.path``, before its working folder (a gate's
+    baseline taken at a git revision imports its project's modules from there).
 
     ``checking``: a run the checker grades; its profiled steps then also
     record shapes (for the work floor) and operators on every thread.
@@ -212,6 +216,7 @@ def run(
         # Lab 0: the file profiles itself, into trace_dir; the kit's profiler stays off.
         "learner_profiles": lab.profiling is not None,
         "preimport": _mentions(file, "compile", "optim"),
+        "sys_path": list(sys_path or []),
         **(steps or {}),
     }
     if lab.distributed is not None:  # a torchrun job: each rank fills in its number (runner._for_rank)

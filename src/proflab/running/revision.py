@@ -25,6 +25,22 @@ class Tree:
     commit: str  # what it named: 40 hex digits
     repo: Path  # the repository's top folder
 
+    def import_paths(self, searched: list[str]) -> list[str]:
+        """The images, in the exported tree, of the folders of ``searched`` (a ``sys.path``) inside the
+        repository (a ``src/`` layout installed in editable mode puts its ``src/`` there), and ``src/``
+        itself when the tree has one: a baseline imports its project's modules as they were."""
+        found = []
+        for entry in searched:
+            try:
+                image = self.image(Path(entry or "."))
+            except ValueError:
+                continue
+            if image.is_dir() and image != self.root and str(image) not in found:
+                found.append(str(image))
+        if (self.root / "src").is_dir() and str(self.root / "src") not in found:
+            found.append(str(self.root / "src"))
+        return found
+
     def image(self, path: Path) -> Path:
         """Where ``path`` (in the working tree) lies in the exported tree."""
         return self.root / Path(path).resolve().relative_to(self.repo)

@@ -287,6 +287,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     info = {"device": device.type, "torch": torch.__version__, "threads": torch.get_num_threads(),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
 
+    for folder in reversed(spec.get("sys_path") or []):  # a gate's baseline at a revision: its project's modules
+        sys.path.insert(0, folder)
     mark = _marker(spec.get("mark_fd"))
     if spec.get("compile_marks"):
         _watch_compiling(mark)
