@@ -150,7 +150,8 @@ def cmd_list(args) -> int:
         return 0
     nxt = unfinished[0].number
     word = "Start with" if len(unfinished) == len(found) else "Next"
-    out.print(f"\n[dim]{word}:[/] proflab run {nxt}   [dim]then[/] proflab check {nxt}")
+    first = f"proflab run {nxt}" if unfinished[0].gating is None else f"proflab hint {nxt}"  # lab 7 runs no pipeline
+    out.print(f"\n[dim]{word}:[/] {first}   [dim]then[/] proflab check {nxt}")
     if len(unfinished) < len(found):
         out.print("[dim]A status is your last check of that lab's exercise; `proflab reset` does not change it.[/]")
     return 0
