@@ -150,7 +150,7 @@ def test_the_junit_file_validates_and_carries_the_verdict(lab1_gates):
 
 def test_a_candidate_identical_to_its_baseline_passes(project):
     (project / "same.py").write_text((project / "pipeline.py").read_text())
-    proc = gate(project, "--baseline", "same.py", "--json")
+    proc = gate(project, "--baseline", "same.py", "--max-rounds", "30", "--json")
     report = as_json(proc)
     assert proc.returncode == 0, report["checks"]
     assert report["slowdown"]["high"] < 1.10
@@ -193,7 +193,7 @@ def test_different_results_fail_unless_allowed(project):
     allowed = gate(project, "other.py", "--baseline", "pipeline.py", "--allow-different-results", "--json")
     report = as_json(allowed)
     assert allowed.returncode == 0, report["checks"]
-    assert "differ" in report["different"] or report["different"]
+    assert "'loss'" in report["different"] and statuses(report)["same_results"] == "passed"
 
 
 def test_a_broken_candidate_fails_and_a_broken_baseline_cannot_gate(project):
@@ -205,6 +205,10 @@ def test_a_broken_candidate_fails_and_a_broken_baseline_cannot_gate(project):
     base = gate(project, "pipeline.py", "--baseline", "broken.py")
     assert base.returncode == 3
     assert "Cannot gate" in base.stdout and "the baseline" in base.stdout
+    # Both broken: what both need is missing, and the candidate is not blamed for it.
+    (project / "broken2.py").write_text((project / "broken.py").read_text())
+    both = gate(project, "broken.py", "--baseline", "broken2.py")
+    assert both.returncode == 3 and "fails too" in both.stdout
 
 
 def test_bad_settings_are_usage_errors_that_say_where(project):
@@ -222,6 +226,8 @@ def test_bad_settings_are_usage_errors_that_say_where(project):
     assert proc.returncode == 2 and "--baseline FILE, or --against REV" in proc.stderr
     proc = gate(project, "--baseline", "nothere.py")
     assert proc.returncode == 2 and "no such file" in proc.stderr
+    proc = gate(project, "--baseline", "pipeline.py", "--lab", "7")
+    assert proc.returncode == 2 and "lab 7 cannot be gated: its exercise is a gate's settings" in proc.stderr
 
 
 # --- the CI jobs it writes -------------------------------------------------------
@@ -239,8 +245,11 @@ def test_init_ci_writes_a_valid_job_that_names_only_commands_that_exist(project,
 
     from proflab.cli import build_parser
 
-    proc = gate(project, "--init-ci", kind)
+    git(project, "init", "-q", "-b", "main")
+    (project / "sub").mkdir()
+    proc = gate(project / "sub", "--init-ci", kind)  # from a subfolder: written where CI reads it, at the top
     assert proc.returncode == 0, proc.stderr
+    assert not (project / "sub" / ".github").exists() and not (project / "sub" / ".gitlab").exists()
     path = project / (".github/workflows/proflab-gate.yml" if kind == "github" else ".gitlab/proflab-gate.yml")
     data = yaml.safe_load(path.read_text())
     commands = _commands(kind, data)

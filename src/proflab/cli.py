@@ -300,7 +300,13 @@ def _memory_kept(trace_path: str) -> None:
 def cmd_check(args) -> int:
     lab, file = _lab_and_file(args.lab, args.file)
     label = _label(lab, file)
-    with _status(f"Checking {file.name} against the original…", enabled=True) as update:
+    doing = f"Checking {file.name} against the original…"
+    if lab.gating is not None:
+        if args.rounds or args.timeout:
+            raise UsageError(f"lab {lab.number}'s rounds and time limits are your settings' own: set rounds, "
+                             f"max_rounds and budget_s in {file.name}")
+        doing = f"Running the gate of lab {lab.gating.lab}'s fix with {file.name}…"
+    with _status(doing, enabled=True) as update:
         result = checks.check(lab, file, label=label, device=args.device, rounds=args.rounds,
                               timeout_s=args.timeout, on_progress=update, audited=_audited())
     if label == "yours" and result.verdict in (checks.PASSED, checks.FAILED):  # failing to record never loses it
@@ -604,7 +610,7 @@ GATE_SETTINGS = ("file", "baseline", "against", "lab", "batch_size", "seed", "da
 
 def _param(text: str) -> tuple[str, object]:
     """``--param KEY=VALUE``: VALUE read as TOML reads it (512, 0.1, true, "text"), else as a string."""
-    import tomllib
+    from .labs import tomllib
 
     key, sep, value = text.partition("=")
     if not sep or not key.strip().isidentifier():
@@ -621,12 +627,21 @@ def cmd_gate(args) -> int:
     from .running import revision
 
     if args.init_ci:
+        try:  # CI reads its job files at the repository's top, wherever the command is run from
+            top = Path(revision._git(["rev-parse", "--show-toplevel"], Path.cwd()))
+        except revision.RevisionError:
+            top = Path.cwd()
+        try:  # the traces the job keeps are where the project's settings put them
+            kept = Path(gate_config.settings({}, Path(args.config) if args.config else None).trace_dir)
+            trace_dir = kept.resolve().relative_to(top.resolve()).as_posix()
+        except (gate_config.GateConfigError, ValueError):
+            trace_dir = gate_config.KEYS["trace_dir"].default
         try:
-            written = gate_ci.write(args.init_ci, Path.cwd(), kit=args.kit, file=args.file)
+            written = gate_ci.write(args.init_ci, top, kit=args.kit, file=args.file, trace_dir=trace_dir)
         except FileExistsError as e:
             raise UsageError(f"{e} exists already: it is left as it is (move it aside to write a new one)") from None
         for path in written:
-            out.print(f"[green]✓[/] wrote {escape(str(path))}")
+            out.print(f"[green]✓[/] wrote {escape(paths.display(top / path))}")
         if args.init_ci == "gitlab" and gate_ci.GITLAB_MAIN not in written:
             out.print(f"Add to {gate_ci.GITLAB_MAIN}: [bold]{escape(gate_ci.GITLAB_INCLUDE.strip())}[/]")
         out.print("The job reads the gate's settings from pyproject.toml's [tool.proflab.gate]; run "
@@ -640,7 +655,7 @@ def cmd_gate(args) -> int:
         s = gate_config.settings(given, Path(args.config) if args.config else None)
         if args.param:
             s = gate_config.Settings({**s.values, "params": {**s.params, **dict(args.param)}},
-                                     {**s.source, "params": "command line"})
+                                     {**s.source, "params": "command line"}, s.root)
     except gate_config.GateConfigError as e:
         raise UsageError(str(e)) from None
     if not s.file:
@@ -653,7 +668,16 @@ def cmd_gate(args) -> int:
         if s.values.get(name) and not Path(s.values[name]).is_file():
             raise UsageError(f"{paths.display(Path(s.values[name]))}: no such file ({name})")
     if s.lab is not None:
-        _lab(str(s.lab))
+        chosen = _lab(str(s.lab))
+        kind = ("its exercise is a gate's settings, not a pipeline" if chosen.gating is not None else
+                "its learner's file profiles itself" if chosen.profiling is not None else
+                "it runs as a torchrun job, which the gate does not run yet" if chosen.distributed is not None
+                else "")
+        if kind:
+            able = [str(x.number) for x in labs.discover()
+                    if x.gating is None and x.profiling is None and x.distributed is None]
+            raise UsageError(f"lab {chosen.number} cannot be gated: {kind}; --lab takes the workload of a lab "
+                             f"whose files are pipelines the kit profiles ({', '.join(able)})")
     against = paths.display(Path(s.baseline)) if s.baseline else s.against
     try:
         with _status(f"Gating {Path(s.file).name} against {against}…") as update:

@@ -251,6 +251,9 @@ class Gating:
     regression: str  # the fix undone ("original.py")
     cause: str  # what the gate's report on the regression must name ("DataLoader")
     settings: tuple[str, ...]
+    # The range of each number a learner may set, [low, high] (what a check can afford, and the limits a
+    # gate on this workload can resolve at all)
+    limits: dict[str, tuple[float, float]] = field(default_factory=dict)
     where: str = ""  # where to look when the cause is not named
 
 
@@ -462,9 +465,12 @@ def _answer_spec() -> Spec:
             "tolerance": (_NOT_NEGATIVE, False)}
 _STORAGE: Spec = {"folder": (_FOLDER, True), "latency_ms": (_POSITIVE, True)}
 _LAB_NAME = _Kind("a lab's number or name", lambda v: (isinstance(v, int) and not isinstance(v, bool)) or _is_text(v))
+_RANGES = _Kind("a table of [low, high] ranges ({rounds = [2, 10]})",
+                 lambda v: isinstance(v, dict) and all(isinstance(r, list) and len(r) == 2 and all(map(_is_number, r))
+                                                       and r[0] <= r[1] for r in v.values()))
 _GATE: Spec = {"lab": (_LAB_NAME, True), "fix": (_FILE, True), "fix_sha256": (_SHA, True),
                "regression": (_FILE, True), "cause": (_TEXT, True), "settings": (_TEXTS, True),
-               "where": (_STRING, False)}
+               "limits": (_RANGES, False), "where": (_STRING, False)}
 # A gate lab runs no pipeline of its own: its workload is only the checker's time limits.
 GATE_WORKLOAD = Workload(batch_size=1, warmup_steps=0, timed_steps=1, profile_steps=0, rounds=1, timeout_s=900)
 _DISTRIBUTED: Spec = {"nproc": (_integer(2), True), "same_on_every_rank": (_TEXTS, False),
@@ -668,6 +674,7 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
         if distributed is not None and "nproc" in distributed else None,
         gating=Gating(lab=str(gating["lab"]), fix=gating["fix"], fix_sha256=gating["fix_sha256"].lower(),
                       regression=gating["regression"], cause=gating["cause"], settings=tuple(gating["settings"]),
+                      limits={k: (float(a), float(b)) for k, (a, b) in gating.get("limits", {}).items()},
                       where=gating.get("where", "")) if gating and len(gating) >= 6 else None,
     )
 

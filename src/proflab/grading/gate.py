@@ -172,11 +172,26 @@ def run(s: Settings, on_progress: Progress = lambda message: None) -> GateReport
         report.error = f"{e}. This is the kit's or the machine's failure, not the candidate's"
     finally:
         report.duration_s = time.perf_counter() - started
+        _in_gate_words(report)
     return report
 
 
+# The checker's messages speak of a lab's original and its commands; a gate's, of a baseline.
+GATE_WORDS = ((", or a bigger batch than the original's", ""),
+              ("; `proflab run` shows how far it gets", "; --verbose shows its output"),
+              ("run the file with `proflab run` to see its output", "--verbose shows its output"),
+              ("the original's", "the baseline's"), ("the original", "the baseline"))
+
+
+def _in_gate_words(report: GateReport) -> None:
+    for c in report.checks:
+        for old, new in GATE_WORDS:
+            c.rationale, c.expected = c.rationale.replace(old, new), c.expected.replace(old, new)
+            c.actual, c.help = c.actual.replace(old, new), c.help.replace(old, new)
+
+
 def _prepare(s: Settings, work: Path, report: GateReport) -> Gate:
-    cwd = Path.cwd()
+    cwd = Path(s.root).resolve() if s.root else Path.cwd()  # the project's top folder: where both versions run
     try:
         candidate = checks.snapshot(Path(s.file), work / "candidate")
     except OSError as e:
@@ -194,7 +209,7 @@ def _prepare(s: Settings, work: Path, report: GateReport) -> Gate:
         shown = f"{s.against}:{paths.display(Path(s.file))}"
         try:
             base_cwd = tree.image(cwd)
-        except ValueError:  # the gate runs from outside the repository: the baseline runs in its top folder
+        except ValueError:  # the project is outside the repository: the baseline runs in its top folder
             base_cwd = tree.root
     report.baseline = shown
     lab = lab_for(s, baseline)
@@ -262,6 +277,15 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
                 report.output = outcome.stdout[-2000:]
             if not outcome.ok:
                 report.traceback = outcome.result.get("traceback", "") or outcome.stderr
+                if which == "candidate" and not done["baseline"]:  # the very first run: is it the machine's?
+                    base = run_one("baseline", round_no)
+                    if not base.ok:
+                        report.verdict = "error"
+                        report.error = (f"the baseline ({gate.baseline_shown}) fails too "
+                                        f"({base.result.get('message', base.status)}): something both need "
+                                        "(the data, a dependency, the device) is missing, not the candidate's "
+                                        "change; --verbose shows the candidate's traceback")
+                        return
                 if which == "candidate":
                     if outcome.result.get("kind") == "short":
                         steps = outcome.result.get("steps_done", 0)

@@ -24,7 +24,11 @@ expected and what was found: a gate never runs on a typo.
 from __future__ import annotations
 
 import difflib
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -120,9 +124,14 @@ class Settings:
 
     values: dict[str, Any]
     source: dict[str, str] = field(default_factory=dict)
+    # The project's top folder: the settings' file's (pyproject.toml's), else the current one. Both versions
+    # run there, and a default path (data/, runs/gate) is its.
+    root: str = ""
 
     def __getattr__(self, name: str) -> Any:
         if name in KEYS:
+            if name in PATH_KEYS and name not in self.values and KEYS[name].default is not None:
+                return str(Path(self.root or ".").resolve() / KEYS[name].default)
             return self.values.get(name, KEYS[name].default)
         raise AttributeError(name)
 
@@ -208,7 +217,14 @@ def settings(command_line: dict[str, Any], config: Path | None = None, cwd: Path
         drop = "against" if source["baseline"] == "command line" else "baseline"
         values.pop(drop)
         source.pop(drop)
-    if values.get("max_rounds", KEYS["max_rounds"].default) < values.get("rounds", KEYS["rounds"].default):
-        raise GateConfigError(f"max_rounds ({values.get('max_rounds', KEYS['max_rounds'].default)}) is below "
-                              f"rounds ({values.get('rounds', KEYS['rounds'].default)})")
-    return Settings(values, source)
+    check_rounds(values)
+    return Settings(values, source, str(path.parent.resolve() if path is not None else cwd.resolve()))
+
+
+def check_rounds(values: dict[str, Any], where: str = "") -> None:
+    """The settings' rounds agree with each other: at most as many always as at most."""
+    rounds = values.get("rounds", KEYS["rounds"].default)
+    most = values.get("max_rounds", KEYS["max_rounds"].default)
+    if most < rounds:
+        raise GateConfigError(f"{where + ': ' if where else ''}max_rounds ({most}) is below rounds ({rounds}): "
+                              "a gate always measures rounds, and at most max_rounds")

@@ -84,7 +84,31 @@ def _settings(lab: labs.Lab, mine: Path, shown: Path, report: Report) -> dict | 
         runs.failed(f"{shown.name} gates lab {found['lab']}; this lab gates lab {g.lab}'s fix",
                     f'lab = "{g.lab}"', repr(found["lab"]), "set lab to the lab whose fix you gate")
         return None
+    for key, (low, high) in g.limits.items():
+        if key in found and not low <= found[key] <= high:
+            why = RANGE_WHY.get(key, "a check must end in minutes")
+            runs.failed(f"{shown.name} sets {key} = {found[key]:g}, outside {low:g}–{high:g}: {why}",
+                        f"{key} from {low:g} to {high:g}", f"{found[key]:g}", HELP.get(key, "see the lab's page"))
+            return None
+    try:
+        gate_config.check_rounds(found, shown.name)
+    except gate_config.GateConfigError as e:
+        runs.failed(str(e), "max_rounds at least rounds", f"{found.get('max_rounds')} < {found.get('rounds')}",
+                    "a gate always measures rounds, and a close call at most max_rounds")
+        return None
     return found
+
+
+# Why a setting out of the lab's range is refused, and what to do.
+RANGE_WHY = {
+    "max_slowdown": "below, the interval of an unchanged fix must fit inside this machine's run-to-run noise, "
+                    "which no affordable number of rounds gives; above, a pull request may double the step "
+                    "time and pass",
+}
+HELP = {
+    "max_slowdown": "choose the smallest slowdown worth failing a pull request for, that this machine's noise can "
+                    "still resolve: run proflab gate on the fix against itself and look at the interval",
+}
 
 
 def _lab_name(value) -> str:
@@ -120,7 +144,7 @@ def _grade(lab: labs.Lab, mine: Path, shown: Path, device: str, report: Report, 
                 f"{how.get('max_rounds', gate_config.KEYS['max_rounds'].default)} rounds",
                 actual=", ".join(f"{k} = {v}" for k, v in sorted(how.items())))
 
-    def run_gate(candidate: Path, name: str, n: int) -> gating.GateReport:
+    def run_gate(candidate: Path, name: str, n: int) -> gating.GateReport | None:
         values = {**how, "lab": target.name, "file": str(candidate), "baseline": str(fix),
                   "trace_dir": str(trace_dir(lab, name))}
         if device != "auto":
@@ -129,6 +153,14 @@ def _grade(lab: labs.Lab, mine: Path, shown: Path, device: str, report: Report, 
         done = gating.run(settings, on_progress=lambda text: on_progress(f"gate {n} of 2 ({name}): {text}"))
         if done.verdict == "error":
             raise NotGraded(f"the {name} gate could not run: {done.error}")
+        broken = next((c for c in done.checks if c.name in ("runs", "same_results") and c.status == FAILED), None)
+        if broken is not None:  # the settings make a kit's file fail to run (too many steps, a timeout)
+            report.check("same_results" if n == 1 else "evidence").failed(
+                f"with these settings the {name} gate's candidate does not run through: {broken.rationale}",
+                "both versions run every step", broken.actual or "a failed run",
+                "ask for fewer steps (warmup_steps, timed_steps, profile_steps): lab 1's data and time limit "
+                "are the lab's")
+            return None
         report.evidence[name] = {k: getattr(done, k) for k in ("verdict", "slowdown", "because", "duration_s",
                                                                "changes", "traces", "stopped")}
         report.evidence[name]["rounds"] = (done.comparison or {}).get("rounds", 0)
@@ -137,50 +169,74 @@ def _grade(lab: labs.Lab, mine: Path, shown: Path, device: str, report: Report, 
         return done
 
     first = run_gate(fix, "unchanged", 1)
-    told = _told(first)
-    if first.verdict == PASSED:
-        unchanged.passed(f"no regression on the unchanged fix: {told}", f"its interval under {limit:g}×", told)
-    elif first.verdict == FAILED:
-        unchanged.failed(f"a false alarm: your gate calls the unchanged fix a regression ({told})",
-                         "no regression", told, "a max_slowdown this close to 1 fails pull requests that change "
-                         "nothing: choose the smallest slowdown worth failing one for")
-    else:
-        unchanged.failed(f"your gate could not call the unchanged fix: {told}, too noisy to call against "
-                         f"{limit:g}× after {first.comparison['rounds']} rounds. A gate that cannot pass an unchanged "
-                         "pull request blocks every one", "no regression", f"too noisy to call ({told})",
-                         "the interval must fit under max_slowdown: a limit just above 1.0 asks for more precision "
-                         "than this machine's noise allows; raise it, or give a close call more rounds (max_rounds)")
+    if first is None:
+        report.verdict = FAILED
+        return
+    judge_unchanged(first, limit, unchanged)
     if unchanged.status != PASSED:
         report.verdict = FAILED
         return
-
     second = run_gate(undone, "regression", 2)
-    told = _told(second)
-    if second.verdict == FAILED:
-        caught.passed(f"regression caught: the fix undone is {told}", f"its interval above {limit:g}×", told)
-    else:
-        caught.failed(f"your gate let the fix undone through: {told}, "
-                      + ("no regression" if second.verdict == PASSED else "too noisy to call")
-                      + f" against {limit:g}×", f"regression (above {limit:g}×)", told,
-                      "a max_slowdown this high lets a slowdown this large through: choose the smallest slowdown "
-                      "worth failing a pull request for")
+    if second is None:
         report.verdict = FAILED
         return
-    because = second.because.get("slower", "")
-    if g.cause in because:
-        cause.passed(f"the report names it: {because}", f"'{g.cause}' among what changed", because)
-        report.verdict = PASSED
+    judge_regression(second, limit, caught)
+    if caught.status == PASSED:
+        judge_cause(second, g, cause)
+    report.verdict = PASSED if cause.status == PASSED else FAILED
+
+
+# --- what each gate's verdict means for the learner's settings ------------------------
+
+def judge_unchanged(done: gating.GateReport, limit: float, check: Check) -> None:
+    """The fix against itself: only "no regression" passes; a false alarm or "too noisy" blocks every pull
+    request that changes nothing."""
+    told = _told(done)
+    if done.verdict == PASSED:
+        check.passed(f"no regression on the unchanged fix: {told}", f"its interval under {limit:g}×", told)
+    elif done.verdict == FAILED:
+        check.failed(f"a false alarm: your gate calls the unchanged fix a regression ({told})",
+                     "no regression", told, "a max_slowdown this close to 1 fails pull requests that change "
+                     "nothing: choose the smallest slowdown worth failing one for")
     else:
-        said = because or ("nothing: no trace was recorded" if not second.traces else "nothing")
-        cause.failed(f"the gate failed the pull request without naming the {g.cause}: its report says {said}",
-                     f"'{g.cause}' named in the report", said,
-                     "profile a few steps of each version (profile_steps of 2 or more): the report then names "
-                     f"what changed most; {g.where}")
-        report.verdict = FAILED
+        check.failed(f"your gate could not call the unchanged fix: {told}, too noisy to call against {limit:g}×. "
+                     "A gate that cannot pass an unchanged pull request blocks every one", "no regression",
+                     f"too noisy to call ({told})", "the interval must fit under max_slowdown: a limit close to "
+                     "1.0 asks for more precision than this machine's noise allows; raise it, or give a close "
+                     "call more rounds (max_rounds)")
+
+
+def judge_regression(done: gating.GateReport, limit: float, check: Check) -> None:
+    """The fix undone against the fix: only "regression" passes."""
+    told = _told(done)
+    if done.check("no_regression").status == FAILED:
+        check.passed(f"regression caught: the fix undone is {told}", f"its interval above {limit:g}×", told)
+        return
+    said = "no regression" if done.verdict == PASSED else "too noisy to call"
+    check.failed(f"your gate let the fix undone through: {told}, {said} against {limit:g}×",
+                 f"regression (above {limit:g}×)", told,
+                 "a max_slowdown this high lets a slowdown this large through: choose the smallest slowdown worth "
+                 "failing a pull request for" if done.verdict == PASSED else
+                 "more rounds (rounds, max_rounds) narrow the interval until it clears max_slowdown")
+
+
+def judge_cause(done: gating.GateReport, g: labs.Gating, check: Check) -> None:
+    """The regression's report names the cause among what changed (the name whose self time grew most)."""
+    because = done.because.get("slower", "")
+    if g.cause in because:
+        check.passed(f"the report names it: {because}", f"'{g.cause}' among what changed", because)
+        return
+    said = because or ("nothing: no trace was recorded" if not done.traces else "nothing")
+    check.failed(f"the gate failed the pull request without naming the {g.cause}: its report says {said}",
+                 f"'{g.cause}' named in the report", said,
+                 "profile a few steps of each version (profile_steps of 2 or more): the report then names "
+                 f"what changed most; {g.where}")
 
 
 def _told(done: gating.GateReport) -> str:
     s = done.slowdown
+    if not s:
+        return "not measured"
     rounds = (done.comparison or {}).get("rounds", 0)
     return (f"{s['median']:.2f}× the fix's step time (95% interval {s['low']:.2f}–{s['high']:.2f}×, "
             f"{rounds} rounds)")

@@ -134,7 +134,7 @@ def text(report: GateReport) -> str:
     """The terminal report as plain text (JUnit's system-out)."""
     console = Console(record=True, width=110, file=io.StringIO(), highlight=False)
     render(report, console)
-    return console.export_text()
+    return "\n".join(line.rstrip() for line in console.export_text().splitlines()) + "\n"
 
 
 def to_junit(report: GateReport) -> str:

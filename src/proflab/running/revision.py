@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,7 @@ class Tree:
                 image = self.image(Path(entry or "."))
             except ValueError:
                 continue
-            if image.is_dir() and image != self.root and str(image) not in found:
+            if image.is_dir() and str(image) not in found:
                 found.append(str(image))
         if (self.root / "src").is_dir() and str(self.root / "src") not in found:
             found.append(str(self.root / "src"))
@@ -57,6 +58,14 @@ def _git(args: list[str], cwd: Path) -> str:
     if done.returncode != 0:
         raise RevisionError((done.stderr.strip().splitlines() or [f"git {args[0]} failed"])[-1])
     return done.stdout.strip()
+
+
+def _inside(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+    """tarfile's "data" filter, skipping (not failing on) a member it refuses: a link out of the tree."""
+    try:
+        return tarfile.data_filter(member, path)
+    except tarfile.FilterError:
+        return None
 
 
 def export(revision: str, file: Path, into: Path) -> tuple[Tree, Path]:
@@ -82,19 +91,27 @@ def export(revision: str, file: Path, into: Path) -> tuple[Tree, Path]:
         raise RevisionError(f"{inside} does not exist at {revision} ({commit[:12]}): there is nothing to compare "
                             "it with; compare with --baseline FILE instead")
     into.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(["git", "archive", "--format=tar", commit], cwd=repo, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    try:
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
-            tar.extractall(into, filter="data")
-    except tarfile.TarError as e:
-        proc.kill()
-        raise RevisionError(f"git archive {revision} could not be unpacked: {e}") from None
-    finally:
-        proc.stdout.close()
-        error = proc.stderr.read().decode(errors="replace").strip()
-        proc.stderr.close()
-        if proc.wait() != 0:
-            raise RevisionError(f"git archive {revision} failed: {error.splitlines()[-1] if error else ''}")
+    with tempfile.TemporaryFile() as errors:  # a file, not a pipe: git's messages can never fill it and stall it
+        proc = subprocess.Popen(["git", "archive", "--format=tar", commit], cwd=repo, stdout=subprocess.PIPE,
+                                stderr=errors)
+        unpacked = ""
+        try:
+            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+                if hasattr(tarfile, "data_filter"):
+                    tar.extractall(into, filter=_inside)
+                else:  # Python before 3.10.12 / 3.11.4: the project's own repository, unfiltered
+                    tar.extractall(into)
+        except tarfile.TarError as e:
+            unpacked = str(e)
+        finally:
+            proc.stdout.close()
+            if unpacked:
+                proc.kill()
+            code = proc.wait()
+        errors.seek(0)
+        said = errors.read().decode(errors="replace").strip()
+    if unpacked or code != 0:
+        last = said.splitlines()[-1] if said else f"git exited with {code}"
+        raise RevisionError(f"git archive {revision} could not be unpacked: {unpacked or last}")
     tree = Tree(into.resolve(), revision, commit, repo)
     return tree, tree.image(file)
