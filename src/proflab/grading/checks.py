@@ -188,6 +188,13 @@ def workspace(prefix: str):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def unreadable(file: Path, e: OSError) -> str:
+    """Why a file to be graded cannot be: said of the file as the learner named it."""
+    return (f"{file} does not exist" if isinstance(e, FileNotFoundError) else
+            f"{file} is a folder, not a file" if isinstance(e, IsADirectoryError) else
+            f"{file} could not be read: {e.strerror or e}")
+
+
 def snapshot(file: Path, folder: Path) -> Path:
     """A copy of ``file`` taken now: what is graded, even if the file is saved again during the check."""
     copy = folder / file.name
@@ -304,10 +311,7 @@ def check(
             try:
                 learner = snapshot(file, work / "learner")
             except OSError as e:
-                report.verdict = "error"
-                report.error = (f"{file} does not exist" if isinstance(e, FileNotFoundError) else
-                                f"{file} is a folder, not a file" if isinstance(e, IsADirectoryError) else
-                                f"{file} could not be read: {e.strerror or e}")
+                report.verdict, report.error = "error", unreadable(file, e)
                 return report
             report.file_sha256 = labs.sha256(learner)
             try:

@@ -23,7 +23,8 @@ from pathlib import Path
 from .. import labs, paths
 from . import gate as gating
 from . import gate_config
-from .checks import CHECKS, FAILED, PASSED, Check, NotGraded, Progress, Report, snapshot, trace_dir, workspace
+from .checks import CHECKS, FAILED, PASSED, Check, NotGraded, Progress, Report, snapshot, trace_dir, unreadable, \
+    workspace
 
 TITLES = {
     "runs": ("Your gate's settings", "the file holds a [tool.proflab.gate] table that sets how to gate"),
@@ -48,9 +49,7 @@ def check(lab: labs.Lab, file: Path, label: str = "yours", device: str = "auto",
             try:
                 mine = snapshot(file, work / "learner")
             except OSError as e:
-                report.verdict = "error"
-                report.error = (f"{file} does not exist" if isinstance(e, FileNotFoundError) else
-                                f"{file} could not be read: {e.strerror or e}")
+                report.verdict, report.error = "error", unreadable(file, e)
                 return report
             report.file_sha256 = labs.sha256(mine)
             _grade(lab, mine, Path(file), device, report, on_progress)

@@ -23,7 +23,7 @@ from ..grading.checks import FAILED, INCONCLUSIVE, PASSED, SKIPPED
 from ..grading.gate import CHECKS, GateReport
 from ..measuring.breakdown import HOST_PARTS, LABELS
 from .grade_formats import _seconds, _x
-from .report import _MARK, shown
+from .report import check_grid, shown
 
 VERDICT_WORDS = {PASSED: "NO REGRESSION", FAILED: "REGRESSION", INCONCLUSIVE: "INCONCLUSIVE (too noisy to call)",
                  "error": "NOT GATED"}
@@ -90,22 +90,8 @@ def render(report: GateReport, console: Console, verbose: bool = False) -> None:
         if verbose and report.traceback:
             console.print(shown(report.traceback))
         return
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(width=1)
-    grid.add_column(style="bold", min_width=16)
-    grid.add_column(overflow="fold")
-    for c in report.checks:
-        text = shown(c.rationale) if c.status != SKIPPED else "[dim]skipped: an earlier check failed[/]"
-        grid.add_row(_MARK[c.status], c.title, text)
-        if c.status != SKIPPED and (c.status != PASSED or c.name == "no_regression"):
-            for label, value in (("expected", c.expected), ("measured", c.actual)):
-                if value:
-                    grid.add_row("", f"[dim]  {label}[/]", shown(value))
-            if c.help and c.status in (FAILED, INCONCLUSIVE):
-                grid.add_row("", "[dim]  look at[/]", shown(c.help))
-            for line in c.details:
-                grid.add_row("", "", f"[dim]{shown(line)}[/]")
-    console.print(grid)
+    console.print(check_grid(report.checks, lambda c: c.status != PASSED or c.name == "no_regression",
+                             min_width=16))
     for table in (changes_table(report), breakdown_table(report)):
         if table is not None:
             console.print()

@@ -122,24 +122,9 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
             console.print(shown(report.traceback))
         return
 
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(width=1)
-    grid.add_column(style="bold", min_width=26)
-    grid.add_column(overflow="fold")
-    for c in report.checks:
-        text = c.rationale if c.status != SKIPPED else "[dim]skipped: an earlier check failed[/]"
-        grid.add_row(_MARK[c.status], c.title, shown(text) if c.status != SKIPPED else text)
-        show = c.status in (FAILED, INCONCLUSIVE) or (c.status == PASSED and c.name in ("evidence", "faster"))
-        if show:
-            for line in c.details:
-                grid.add_row("", "", f"[dim]{shown(line)}[/]")
-            if c.expected:
-                grid.add_row("", "[dim]  expected[/]", shown(c.expected))
-            if c.actual:
-                grid.add_row("", "[dim]  measured[/]", shown(c.actual))
-            if c.help and c.status in (FAILED, INCONCLUSIVE):
-                grid.add_row("", "[dim]  look at[/]", shown(c.help))
-    console.print(grid)
+    shown_in_full = lambda c: c.status in (FAILED, INCONCLUSIVE) or (  # noqa: E731
+        c.status == PASSED and c.name in ("evidence", "faster"))
+    console.print(check_grid(report.checks, shown_in_full, min_width=26))
 
     if verbose and report.traceback:
         console.print("\n[bold]Full traceback[/]")
@@ -159,6 +144,29 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
         console.print(f"Traces: {shown(paths.display(report.runs_dir))}/ "
                       f"(runs: {', '.join(sorted({_run_name(p) for p in report.traces.values()}))})")
         console.print("Open them side by side: [bold]proflab tensorboard[/]")
+
+
+def check_grid(checks, in_full, min_width: int) -> Table:
+    """The checks, one a row: mark, title, rationale; for those ``in_full`` says, their details, what was
+    expected and measured, and (failed or inconclusive) where to look."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=1)
+    grid.add_column(style="bold", min_width=min_width)
+    grid.add_column(overflow="fold")
+    for c in checks:
+        text = shown(c.rationale) if c.status != SKIPPED else "[dim]skipped: an earlier check failed[/]"
+        grid.add_row(_MARK[c.status], c.title, text)
+        if c.status == SKIPPED or not in_full(c):
+            continue
+        for line in c.details:
+            grid.add_row("", "", f"[dim]{shown(line)}[/]")
+        if c.expected:
+            grid.add_row("", "[dim]  expected[/]", shown(c.expected))
+        if c.actual:
+            grid.add_row("", "[dim]  measured[/]", shown(c.actual))
+        if c.help and c.status in (FAILED, INCONCLUSIVE):
+            grid.add_row("", "[dim]  look at[/]", shown(c.help))
+    return grid
 
 
 def _run_name(trace_path: str) -> str:
