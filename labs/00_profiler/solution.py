@@ -48,7 +48,7 @@ def pipeline(cfg):
 ANSWERS = {
     "top_operator": "aten::convolution_backward",
     "conv_calls": 20,
-    "backward_share": 0.55,
+    "backward_share": 0.65,
 }
 
 

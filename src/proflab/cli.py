@@ -878,9 +878,13 @@ def main(argv: list[str] | None = None) -> int:
         code = _main(argv)
     except KeyboardInterrupt:  # a second Ctrl-C while the first was being reported: all is stopped already
         code = 130
-    if argv is None:  # the program: its work is done and everything stopped; a late Ctrl-C changes nothing
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_IGN)
+    while argv is None:  # the program: its work is done and everything stopped; a late Ctrl-C changes nothing
+        try:  # (one held back until now may still be raised here, between two lines: it is the same stop)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
+            break
+        except KeyboardInterrupt:
+            code = 130
     return code
 
 

@@ -97,8 +97,31 @@ class Check:
         self.status, self.rationale, self.expected, self.actual, self.help = INCONCLUSIVE, rationale, expected, actual, help
 
 
+# 0 passed, 1 failed, 3 cannot grade (the original, a gate's baseline, or the kit failed), 4 too noisy to call.
+EXIT_CODES = {PASSED: 0, FAILED: 1, "error": 3, INCONCLUSIVE: 4}
+
+
+class Verdict:
+    """What the checker's and the gate's reports share: a verdict, its exit code, checks by name, a record."""
+
+    verdict: str
+    checks: list[Check]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.verdict, 3)
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["exit_code"] = self.exit_code
+        return data
+
+
 @dataclass
-class Report:
+class Report(Verdict):
     lab: str
     number: int
     title: str
@@ -137,18 +160,6 @@ class Report:
     stopped: str = ""  # why the measuring stopped: decided | round limit | time budget
     against: str = "against the original"  # what the file is checked against, in words (lab 7: the gates it runs)
 
-    @property
-    def exit_code(self) -> int:
-        return EXIT_CODES.get(self.verdict, 3)
-
-    def check(self, name: str) -> Check:
-        return next(c for c in self.checks if c.name == name)
-
-    def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["exit_code"] = self.exit_code
-        return data
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Report":
         """A report from ``as_dict``'s record (a grading's journal)."""
@@ -157,9 +168,6 @@ class Report:
         values["checks"] = [Check(**{k: v for k, v in c.items() if k in of_check}) for c in data["checks"]]
         return cls(**values)
 
-
-# 0 passed, 1 failed, 3 cannot grade (the original or the kit failed), 4 too noisy to call.
-EXIT_CODES = {PASSED: 0, FAILED: 1, "error": 3, INCONCLUSIVE: 4}
 
 Progress = Callable[[str], None]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,7 +33,7 @@ from .. import errors, labs, paths
 from ..measuring import breakdown, evidence, operators, stats, traces
 from ..running import execute, forkserver, revision
 from . import checks
-from .checks import FAILED, INCONCLUSIVE, PASSED, Check, NotGraded
+from .checks import FAILED, INCONCLUSIVE, PASSED, Check, NotGraded, Verdict
 from .compare import Difference
 from .gate_config import Settings
 
@@ -45,16 +45,15 @@ CHECKS = (
     ("no_regression", "No regression", "the candidate's step time is at most max_slowdown times the baseline's"),
 )
 
-# 0 no regression, 1 regression (or a candidate that breaks), 3 cannot gate (the baseline or the kit failed),
-# 4 too noisy to call. (2, a usage error, is the command's.)
-EXIT_CODES = {PASSED: 0, FAILED: 1, "error": 3, INCONCLUSIVE: 4}
+# The checker's exit codes (checks.EXIT_CODES): 0 no regression, 1 regression (or a candidate that breaks),
+# 3 cannot gate (the baseline or the kit failed), 4 too noisy to call. (2, a usage error, is the command's.)
 
 # How many of the names that moved the report lists.
 CHANGES_SHOWN = 8
 
 
 @dataclass
-class GateReport:
+class GateReport(Verdict):
     candidate: str
     baseline: str  # as shown: a path, or REV:path
     against: str = ""  # the git revision, when the baseline was taken from one
@@ -79,18 +78,6 @@ class GateReport:
     traceback: str = ""
     duration_s: float = 0.0
     stopped: str = ""  # decided | round limit | time budget
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_CODES.get(self.verdict, 3)
-
-    def check(self, name: str) -> Check:
-        return next(c for c in self.checks if c.name == name)
-
-    def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["exit_code"] = self.exit_code
-        return data
 
 
 @dataclass(frozen=True)
