@@ -43,7 +43,7 @@ from bench_noise import CALIBRATION_ORIGINAL, one_core_hogged
 
 REPO = Path(__file__).resolve().parents[1]
 
-SLOWER = CALIBRATION_ORIGINAL.replace("range(cfg.products)", "range(round(cfg.products * {slowdown}))")
+SLOWER = CALIBRATION_ORIGINAL.replace("range(cfg.products)", "range(round(cfg.products * SLOWDOWN))")
 
 SETTINGS = """[tool.proflab.gate]
 file = "candidate.py"
@@ -116,7 +116,7 @@ def resolution(root: Path, repeats: int, slowdowns: list[float]) -> dict:
           "|---|---|---|---|---|", flush=True)
     lines = []
     for slowdown in slowdowns:
-        (project / "candidate.py").write_text(SLOWER.format(slowdown=slowdown))
+        (project / "candidate.py").write_text(SLOWER.replace("SLOWDOWN", repr(slowdown)))
         codes, measured = [], []
         for i in range(repeats):
             code, report, took = gate(project, "--max-slowdown", "1.001")
