@@ -12,6 +12,10 @@ when the whole interval is on one side of ``max_slowdown``:
     regression      the interval's bottom is above it            exit 1
     too noisy       it straddles it after every extra round      exit 4
 
+The exit codes are the checker's (``checks.EXIT_CODES``): a candidate that
+breaks fails too (1); a baseline or kit that fails cannot gate (3); 2, a
+usage error, is the command's.
+
 A close call gets extra rounds, within ``max_rounds`` and ``budget_s``.
 Each version's first run is profiled after its timed steps; from the two
 traces the report says what changed: the operators whose self time or calls
@@ -44,9 +48,6 @@ CHECKS = (
     ("same_results", "Same results", "every step yields the same values as the baseline's"),
     ("no_regression", "No regression", "the candidate's step time is at most max_slowdown times the baseline's"),
 )
-
-# The checker's exit codes (checks.EXIT_CODES): 0 no regression, 1 regression (or a candidate that breaks),
-# 3 cannot gate (the baseline or the kit failed), 4 too noisy to call. (2, a usage error, is the command's.)
 
 # How many of the names that moved the report lists.
 CHANGES_SHOWN = 8
