@@ -223,3 +223,53 @@ def exercise_kit(kit, tmp_path_factory) -> Kit:
 def exercise_check(exercise_kit) -> tuple[int, dict]:
     """``proflab check dataloader --json`` on the untouched exercise, in a kit of its own."""
     return exercise_kit.check_json("dataloader")
+
+
+# --- many checks in one process -------------------------------------------------------------------
+
+CHECK_EACH = Path(__file__).resolve().parent / "check_each.py"
+
+
+class Batch:
+    """Groups of files, each group checked in one process (``tests/check_each.py``: one fork server
+    session, torch imported once per lab, as ``proflab grade`` grades a class) the first time a test
+    asks for one of its files; every test then reads its own file's report, as ``--json`` prints it.
+
+    ``groups``: name -> (extra environment, [(lab, file, audited)]).
+    """
+
+    def __init__(self, kit: Kit, groups: dict[str, tuple[dict[str, str], list[tuple[str, Path, bool]]]]):
+        self.kit, self.groups, self.done = kit, groups, {}
+
+    def env(self, group: str) -> dict[str, str]:
+        return {**self.kit.env(), **self.groups[group][0]}
+
+    def report(self, group: str, file: Path) -> tuple[int, dict]:
+        if group not in self.done:
+            self.done[group] = self._check(group)
+        found = self.done[group][str(Path(file).resolve())]
+        return found["exit_code"], found
+
+    def decided(self, group: str, lab: str, file: Path) -> tuple[int, dict]:
+        """The report, checked once more on its own (``proflab check``) when the batch's check was too
+        noisy to call: the checker's own advice, as ``Kit.check_decided`` follows it."""
+        code, report = self.report(group, file)
+        if code == 4:
+            print(f"inconclusive, checking again:\n{explain(report)}")
+            proc = subprocess.run([sys.executable, "-m", "proflab", "check", lab, "--file", str(file), "--json"],
+                                  cwd=self.kit.root, env=self.env(group), capture_output=True, text=True, timeout=600)
+            assert proc.stdout.strip(), f"no JSON on stdout; stderr:\n{proc.stderr}"
+            code, report = proc.returncode, json.loads(proc.stdout)
+        return code, report
+
+    def _check(self, group: str) -> dict[str, dict]:
+        _, items = self.groups[group]
+        spec = self.kit.root / f"batch-{group}.json"
+        out = self.kit.root / f"batch-{group}.out.json"
+        spec.write_text(json.dumps([{"lab": lab, "file": str(Path(f).resolve()), "audited": audited}
+                                    for lab, f, audited in sorted(items, key=lambda i: i[0])]))
+        proc = subprocess.run([sys.executable, str(CHECK_EACH), str(spec), str(out)], cwd=self.kit.root,
+                              env=self.env(group), capture_output=True, text=True, timeout=3600)
+        assert proc.returncode == 0 and out.is_file(), f"the batch {group} failed:\n{proc.stdout}\n{proc.stderr}"
+        reports = json.loads(out.read_text())
+        return {str(Path(r["file"]).resolve()): r for r in reports}

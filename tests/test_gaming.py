@@ -4,6 +4,10 @@ Every attempt in ``tests/cheats`` starts from the lab's own reference fix
 (or its original), so the trick is the only thing wrong with it; each must
 fail, with a reason a learner understands. Beside them, legitimate
 alternative fixes must pass.
+
+Each lab's attempts are checked in one batch (``conftest.Batch``: the
+checker's own ``checks.check``, one fork server per lab, as ``proflab grade``
+grades a class), and each test reads its attempt's report.
 """
 
 from __future__ import annotations
@@ -12,18 +16,53 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHECK_NAMES, REPO, statuses, explain
+from conftest import CHECK_NAMES, REPO, Batch, sharing_data, statuses, explain
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
 ALL_LABS = ["1", "2", "3", "4"]
 
+# The tricks tried on every lab, and those tried on some.
+TRICKS = ["cached_at_import.py", "cached_in_warmup.py", "work_only_when_profiled.py", "background_thread.py",
+          "patched_clock.py", "skipped_steps.py"]
+MORE_TRICKS = {"1": ["smaller_batch.py", "other_seed.py"], "2": ["smaller_batch.py"]}
 
-def cheat(kit, monkeypatch, lab: str, name: str) -> tuple[int, dict]:
-    """A trick graded with the source audit off: these attempts reach into the kit (the audit refuses
-    them at once, tests/test_trust.py), and here the checks behind the audit must catch them alone."""
-    monkeypatch.setenv("PROFLAB_CHEAT_LAB", lab)
-    monkeypatch.setenv("PROFLAB_AUDIT", "off")
-    return kit.check_json(lab, "--file", str(CHEATS / name))
+# A lab's reference fix with one line changed: name -> (lab, lab folder, the line, what it becomes).
+LOOP3 = "    for x, target in data.batches(cfg.device):\n"
+LOOP4 = "    for step, (x, y) in enumerate(data.batches(cfg.device)):\n"
+VARIANTS = {
+    # Labs 3 and 4 read fixed batches from their data: the trick is to slice them.
+    "half_batch_3": ("3", "03_fusion", LOOP3, LOOP3 + "        x, target = x[: len(x) // 2], target[: len(target) // 2]\n"),
+    "half_batch_4": ("4", "04_syncs", LOOP4, LOOP4 + "        x, y = x[: len(x) // 2], y[: len(y) // 2]\n"),
+    # torch.bincount reads nothing into Python on the CPU (on CUDA it would, once per step).
+    "bincount": ("4", "04_syncs", "confusion.index_add_(0, y * CLASSES + preds, torch.ones_like(y))",
+                 "confusion += torch.bincount(y * CLASSES + preds, minlength=CLASSES * CLASSES)"),
+    "four_workers": ("1", "01_dataloader", "num_workers=8,", "num_workers=4,"),
+}
+
+
+@pytest.fixture(scope="module")
+def batch(kit, tmp_path_factory) -> Batch:
+    """Each lab's tricks, graded with the source audit off (PROFLAB_CHEAT_LAB names the lab they target):
+    these attempts reach into the kit (the audit refuses them at once, tests/test_trust.py), and here the
+    checks behind the audit must catch them alone. And the variants of the reference fixes, audited."""
+    k = sharing_data(tmp_path_factory.mktemp("gaming-kit"), kit)
+    groups = {lab: ({"PROFLAB_CHEAT_LAB": lab}, [(lab, CHEATS / name, False)
+                                                 for name in TRICKS + MORE_TRICKS.get(lab, [])])
+              for lab in ALL_LABS}
+    variants = []
+    for name, (lab, folder, old, new) in VARIANTS.items():
+        source = (REPO / "labs" / folder / "solution.py").read_text()
+        assert old in source, (name, old)
+        (k.root / f"{name}.py").write_text(source.replace(old, new))
+        variants.append((lab, k.root / f"{name}.py", True))
+    groups["variants"] = ({}, variants)
+    return Batch(k, groups)
+
+
+def cheat(batch: Batch, lab: str, name: str) -> tuple[int, dict]:
+    code, report = batch.report(lab, CHEATS / name)
+    assert report["audited"] is False
+    return code, report
 
 
 def failed_check(report: dict) -> dict:
@@ -46,8 +85,8 @@ def caught(report: dict, *ways: tuple[str, str]) -> None:
 
 @pytest.mark.parametrize("lab", ALL_LABS)
 @pytest.mark.parametrize("name", ["cached_at_import.py", "cached_in_warmup.py"])
-def test_results_computed_before_the_step_fail(fresh_kit, monkeypatch, lab, name):
-    code, report = cheat(fresh_kit, monkeypatch, lab, name)
+def test_results_computed_before_the_step_fail(batch, lab, name):
+    code, report = cheat(batch, lab, name)
     assert code == 1, explain(report)
     # Yielding from a cache costs nothing, so even the profiler's own cost per
     # step may make the profiled steps stand out; otherwise they show no work.
@@ -57,15 +96,15 @@ def test_results_computed_before_the_step_fail(fresh_kit, monkeypatch, lab, name
 
 
 @pytest.mark.parametrize("lab", ALL_LABS)
-def test_working_only_while_profiled_fails(fresh_kit, monkeypatch, lab):
-    code, report = cheat(fresh_kit, monkeypatch, lab, "work_only_when_profiled.py")
+def test_working_only_while_profiled_fails(batch, lab):
+    code, report = cheat(batch, lab, "work_only_when_profiled.py")
     assert code == 1, explain(report)
     caught(report, SLOWER_WHEN_PROFILED)
 
 
 @pytest.mark.parametrize("lab", ALL_LABS)
-def test_a_thread_working_ahead_fails(fresh_kit, monkeypatch, lab):
-    code, report = cheat(fresh_kit, monkeypatch, lab, "background_thread.py")
+def test_a_thread_working_ahead_fails(batch, lab):
+    code, report = cheat(batch, lab, "background_thread.py")
     assert code == 1, explain(report)
     # Caught while it works beside the timed steps; or, if it finished during
     # the warm-up, by profiled steps that do no work of their own.
@@ -73,15 +112,15 @@ def test_a_thread_working_ahead_fails(fresh_kit, monkeypatch, lab):
 
 
 @pytest.mark.parametrize("lab", ALL_LABS)
-def test_a_patched_clock_is_found_out(fresh_kit, monkeypatch, lab):
-    code, report = cheat(fresh_kit, monkeypatch, lab, "patched_clock.py")
+def test_a_patched_clock_is_found_out(batch, lab):
+    code, report = cheat(batch, lab, "patched_clock.py")
     assert code == 1, explain(report)
     caught(report, CLOCK)
 
 
 @pytest.mark.parametrize("lab", ALL_LABS)
-def test_skipped_steps_fail_on_results(fresh_kit, monkeypatch, lab):
-    code, report = cheat(fresh_kit, monkeypatch, lab, "skipped_steps.py")
+def test_skipped_steps_fail_on_results(batch, lab):
+    code, report = cheat(batch, lab, "skipped_steps.py")
     assert code == 1, explain(report)
     check = failed_check(report)
     assert check["name"] == "same_results"
@@ -89,36 +128,26 @@ def test_skipped_steps_fail_on_results(fresh_kit, monkeypatch, lab):
 
 
 @pytest.mark.parametrize("lab", ["1", "2"])
-def test_a_smaller_batch_fails_on_results(fresh_kit, monkeypatch, lab):
-    code, report = cheat(fresh_kit, monkeypatch, lab, "smaller_batch.py")
+def test_a_smaller_batch_fails_on_results(batch, lab):
+    code, report = cheat(batch, lab, "smaller_batch.py")
     assert code == 1, explain(report)
     check = failed_check(report)
     assert check["name"] == "same_results"
     assert "has shape" in check["rationale"]
 
 
-@pytest.mark.parametrize("lab, folder, loop, cut", [
-    ("3", "03_fusion", "    for x, target in data.batches(cfg.device):\n",
-     "        x, target = x[: len(x) // 2], target[: len(target) // 2]\n"),
-    ("4", "04_syncs", "    for step, (x, y) in enumerate(data.batches(cfg.device)):\n",
-     "        x, y = x[: len(x) // 2], y[: len(y) // 2]\n"),
-])
-def test_half_of_each_batch_fails_on_results(fresh_kit, lab, folder, loop, cut):
-    """Labs 3 and 4 read fixed batches from their data: the trick is to slice them."""
-    source = (REPO / "labs" / folder / "solution.py").read_text()
-    assert loop in source
-    attempt = fresh_kit.root / "half_batch.py"
-    attempt.write_text(source.replace(loop, loop + cut))
-    code, report = fresh_kit.check_json(lab, "--file", str(attempt))
+@pytest.mark.parametrize("lab", ["3", "4"])
+def test_half_of_each_batch_fails_on_results(batch, lab):
+    code, report = batch.report("variants", batch.kit.root / f"half_batch_{lab}.py")
     assert code == 1, explain(report)
     check = failed_check(report)
     assert check["name"] == "same_results"
     assert check["rationale"].startswith("step 0:")
 
 
-def test_another_seed_fails_on_results(fresh_kit, monkeypatch):
+def test_another_seed_fails_on_results(batch):
     """Lab 1 shuffles with cfg.seed; labs 2-4 read fixed batches that no seed chooses."""
-    code, report = cheat(fresh_kit, monkeypatch, "1", "other_seed.py")
+    code, report = cheat(batch, "1", "other_seed.py")
     assert code == 1, explain(report)
     check = failed_check(report)
     assert check["name"] == "same_results"
@@ -133,23 +162,9 @@ def test_an_edited_original_cannot_be_graded_against(fresh_kit, folder):
     assert report["verdict"] == "error" and "was edited" in report["error"]
 
 
-def test_an_alternative_lab4_fix_with_bincount_passes_on_cpu(fresh_kit):
-    """torch.bincount reads nothing into Python on the CPU (on CUDA it would, once per step)."""
-    source = (REPO / "labs" / "04_syncs" / "solution.py").read_text()
-    old = "confusion.index_add_(0, y * CLASSES + preds, torch.ones_like(y))"
-    assert old in source
-    attempt = fresh_kit.root / "bincount.py"
-    attempt.write_text(source.replace(old, "confusion += torch.bincount(y * CLASSES + preds, minlength=CLASSES * CLASSES)"))
-    code, report = fresh_kit.check_decided("4", "--file", str(attempt))
-    assert code == 0, explain(report)
-    assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
-
-
-def test_an_alternative_lab1_fix_with_four_workers_passes(fresh_kit):
-    source = (REPO / "labs" / "01_dataloader" / "solution.py").read_text()
-    assert "num_workers=8," in source
-    attempt = fresh_kit.root / "four_workers.py"
-    attempt.write_text(source.replace("num_workers=8,", "num_workers=4,"))
-    code, report = fresh_kit.check_decided("1", "--file", str(attempt))
+@pytest.mark.parametrize("name, lab", [("bincount", "4"), ("four_workers", "1")])
+def test_alternative_fixes_pass(batch, name, lab):
+    """Lab 4's confusion matrix counted with torch.bincount; lab 1's loader with four workers, not eight."""
+    code, report = batch.decided("variants", lab, batch.kit.root / f"{name}.py")
     assert code == 0, explain(report)
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")

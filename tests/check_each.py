@@ -1,0 +1,42 @@
+"""Check several files in one process, as ``proflab grade`` grades a class: the tests' batch of checks.
+
+    python tests/check_each.py SPEC.json OUT.json
+
+SPEC.json lists ``{"lab": "1", "file": "/path/to/attempt.py", "audited": false}``; OUT.json gets, in the
+same order, each file's report exactly as ``proflab check LAB --file FILE --json`` prints it. Every
+check is ``checks.check``, the function behind ``proflab check``, run one after another inside one fork
+server session: torch is imported once per lab and environment for the whole batch, not once per check
+(``proflab grade`` does the same for a class). Each run is still a fresh process forked from a server
+that never ran a lab file. The command line around a check (its options, its exit code, its terminal
+report) is tested through ``proflab check`` itself, elsewhere.
+
+Run with ``PROFLAB_ROOT`` naming the kit, like the command. Exit status 0 once every report is written.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from proflab import labs
+from proflab.grading import checks
+from proflab.reporting import report
+from proflab.running import forkserver
+
+
+def main(spec_path: str, out_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    reports = []
+    with forkserver.session():
+        for item in spec:
+            lab, file = labs.resolve(str(item["lab"])), Path(item["file"]).resolve()
+            stem = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in file.stem)
+            result = checks.check(lab, file, label=f"file-{stem}", audited=item.get("audited", True))
+            reports.append(json.loads(report.to_json(result)))
+    Path(out_path).write_text(json.dumps(reports), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))
