@@ -15,6 +15,10 @@ each tested on its own, every attempt graded through the real ``proflab check``:
   is measured: the warm-up counted in the timing, the work floor in FLOPs.
 
 Sound alternative fixes pass.
+
+The attempts and fixes that run are checked in batches (``conftest.Batch``:
+the checker's own ``checks.check``, one fork server per lab, as ``proflab
+grade`` grades a class); each test reads its file's report.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHECK_NAMES, LEARNER_FILES, REPO, explain, statuses
+from conftest import CHECK_NAMES, LEARNER_FILES, REPO, Batch, explain, sharing_data, statuses
 
 from proflab import labs
 from proflab.grading.audit import audit_file
@@ -95,60 +99,86 @@ def test_a_refused_file_fails_before_anything_runs(fresh_kit):
 
 # --- behind the audit: what the checker observes from outside ----------------------------------------
 
-def unaudited(kit, monkeypatch, name: str) -> tuple[int, dict]:
-    monkeypatch.setenv("PROFLAB_AUDIT", "off")
-    code, report = kit.check_json(str(lab_of(name).number), "--file", str(CHEATS / name))
+UNAUDITED = ["lab1_env_latency.py", "lab1_direct_read.py", "lab1_no_marks.py", "lab1_fake_marks.py",
+             "lab1_patch_reporting.py", "lab2_setattr_latency.py", "lab3_patch_profiler.py", "lab4_edit_trace.py",
+             "lab4_reads_in_thread.py"]
+DECOYS = ["lab1_tiny_decoys.py", "lab2_tiny_decoys.py", "lab3_tiny_decoys.py", "lab4_tiny_decoys.py",
+          "lab4_sparse_work.py"]
+MOVED_INTO_WARMUP = ["lab1_preload_warmup.py", "lab2_pool_in_warmup.py", "lab3_precompute_real_decoys.py",
+                     "lab4_precompute_real_decoys.py"]
+SOUND = ["lab1_workers2.py", "lab1_workers16.py", "lab1_threadpool.py",
+         "lab2_functional_bag.py", "lab2_index_add.py", "lab2_sparse.py",
+         "lab3_inplace_builtins.py", "lab3_sdpa_only.py", "lab4_four_items.py", "lab4_preallocated.py"]
+WHOLE_EPOCH = "lab1_workers32.py"
+
+
+@pytest.fixture(scope="module")
+def batch(kit, tmp_path_factory) -> Batch:
+    """Three batches: the attempts that reach into the checker, with the audit off; the plain-Python
+    attempts, audited; the sound fixes (and the loader that asks for the whole epoch), audited."""
+    def of(folder: Path, names: list[str], audited: bool) -> list[tuple[str, Path, bool]]:
+        return [(str(lab_of(n).number), folder / n, audited) for n in names]
+
+    return Batch(sharing_data(tmp_path_factory.mktemp("trust-kit"), kit), {
+        "unaudited": ({}, of(CHEATS, UNAUDITED, False)),
+        "plain": ({}, of(CHEATS, DECOYS + MOVED_INTO_WARMUP, True)),
+        "sound": ({}, of(LEARNER_FILES, SOUND + [WHOLE_EPOCH], True)),
+    })
+
+
+def unaudited(batch: Batch, name: str) -> tuple[int, dict]:
+    code, report = batch.report("unaudited", CHEATS / name)
     assert report["audited"] is False
     return code, report
 
 
 @pytest.mark.parametrize("name", ["lab1_env_latency.py", "lab1_direct_read.py"])
-def test_samples_that_skip_the_storage_service_fail(fresh_kit, monkeypatch, name):
-    code, report = unaudited(fresh_kit, monkeypatch, name)
+def test_samples_that_skip_the_storage_service_fail(batch, name):
+    code, report = unaudited(batch, name)
     assert code == 1, explain(report)
     caught(report, "same_results", "were read from the lab's storage")
 
 
 @pytest.mark.parametrize("name", ["lab1_no_marks.py", "lab1_fake_marks.py"])
-def test_missing_or_extra_step_marks_fail(fresh_kit, monkeypatch, name):
-    code, report = unaudited(fresh_kit, monkeypatch, name)
+def test_missing_or_extra_step_marks_fail(batch, name):
+    code, report = unaudited(batch, name)
     assert code == 1, explain(report)
     caught(report, "runs", "the checker could not follow its steps")
 
 
-def test_reported_figures_are_not_believed(fresh_kit, monkeypatch):
+def test_reported_figures_are_not_believed(batch):
     """Its step times are divided on the way out; the stamps the checker made say otherwise."""
-    code, report = unaudited(fresh_kit, monkeypatch, "lab1_patch_reporting.py")
+    code, report = unaudited(batch, "lab1_patch_reporting.py")
     assert code == 1, explain(report)
     # The original's code: it waits on the DataLoader as long as the original.
     assert statuses(report)["faster"] != "passed"
 
 
-def test_a_patched_clock_in_the_lab_file_changes_nothing(fresh_kit, monkeypatch):
+def test_a_patched_clock_in_the_lab_file_changes_nothing(batch):
     """time.perf_counter replaced at import: the runner bound its clock before, and the checker's stamps
     are its own. The original's lookups are left as they were, and show."""
-    code, report = unaudited(fresh_kit, monkeypatch, "lab2_setattr_latency.py")
+    code, report = unaudited(batch, "lab2_setattr_latency.py")
     assert code == 1, explain(report)
     caught(report, "evidence", "row lookups per batch is still")
 
 
-def test_a_trace_edited_after_it_was_written_fails(fresh_kit, monkeypatch):
-    code, report = unaudited(fresh_kit, monkeypatch, "lab4_edit_trace.py")
+def test_a_trace_edited_after_it_was_written_fails(batch):
+    code, report = unaudited(batch, "lab4_edit_trace.py")
     assert code == 1, explain(report)
     check = failed_check(report)
     assert "changed" in check["rationale"] and "trace" in check["rationale"], explain(report)
 
 
-def test_reads_on_another_thread_are_counted(fresh_kit, monkeypatch):
-    code, report = unaudited(fresh_kit, monkeypatch, "lab4_reads_in_thread.py")
+def test_reads_on_another_thread_are_counted(batch):
+    code, report = unaudited(batch, "lab4_reads_in_thread.py")
     assert code == 1, explain(report)
     caught(report, "evidence", "host round trips per step is still")
 
 
-def test_fused_only_while_profiled_is_not_faster(fresh_kit, monkeypatch):
+def test_fused_only_while_profiled_is_not_faster(batch):
     """The profiled steps run the fused block, the timed ones the original's: the evidence passes, the
     timing does not."""
-    code, report = unaudited(fresh_kit, monkeypatch, "lab3_patch_profiler.py")
+    code, report = unaudited(batch, "lab3_patch_profiler.py")
     # About 1.0x against a 1.1x threshold: failed, or too close to call within the lab's rounds; never passed.
     assert code in (1, 4), explain(report)
     assert statuses(report)["faster"] in ("failed", "inconclusive"), explain(report)
@@ -156,10 +186,9 @@ def test_fused_only_while_profiled_is_not_faster(fresh_kit, monkeypatch):
 
 # --- plain Python, audit on: what is measured ---------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["lab1_tiny_decoys.py", "lab2_tiny_decoys.py", "lab3_tiny_decoys.py",
-                                  "lab4_tiny_decoys.py", "lab4_sparse_work.py"])
-def test_decoy_operators_on_tiny_inputs_do_not_make_the_work(fresh_kit, name):
-    code, report = fresh_kit.check_json(str(lab_of(name).number), "--file", str(CHEATS / name))
+@pytest.mark.parametrize("name", DECOYS)
+def test_decoy_operators_on_tiny_inputs_do_not_make_the_work(batch, name):
+    code, report = batch.report("plain", CHEATS / name)
     assert code == 1, explain(report)
     check = failed_check(report)
     if check["name"] == "same_results":  # yielding from a cache: the profiler's own cost makes its steps stand out
@@ -191,10 +220,9 @@ def test_the_work_floor_counts_products_by_size_and_sparse_ones_not_at_all(tmp_p
     assert work.details["calls_per_step"] == 4
 
 
-@pytest.mark.parametrize("name", ["lab1_preload_warmup.py", "lab2_pool_in_warmup.py",
-                                  "lab3_precompute_real_decoys.py", "lab4_precompute_real_decoys.py"])
-def test_work_moved_into_the_warmup_is_still_paid_for(fresh_kit, name):
-    code, report = fresh_kit.check_decided(str(lab_of(name).number), "--file", str(CHEATS / name))
+@pytest.mark.parametrize("name", MOVED_INTO_WARMUP)
+def test_work_moved_into_the_warmup_is_still_paid_for(batch, name):
+    code, report = batch.decided("plain", str(lab_of(name).number), CHEATS / name)
     assert code == 1, explain(report)
     assert statuses(report)["faster"] == "failed", explain(report)
     if name == "lab1_preload_warmup.py":  # every read of 21 batches in its first step: the report says so
@@ -205,15 +233,10 @@ def test_work_moved_into_the_warmup_is_still_paid_for(fresh_kit, name):
 
 # --- sound fixes pass ---------------------------------------------------------------------------------
 
-SOUND = ["lab1_workers2.py", "lab1_workers16.py", "lab1_threadpool.py",
-         "lab2_functional_bag.py", "lab2_index_add.py", "lab2_sparse.py",
-         "lab3_inplace_builtins.py", "lab3_sdpa_only.py", "lab4_four_items.py", "lab4_preallocated.py"]
-
-
 @pytest.mark.parametrize("name", SOUND)
-def test_a_sound_alternative_fix_passes(fresh_kit, name):
+def test_a_sound_alternative_fix_passes(batch, name):
     assert not refused(LEARNER_FILES / name, lab_of(name))
-    code, report = fresh_kit.check_decided(str(lab_of(name).number), "--file", str(LEARNER_FILES / name))
+    code, report = batch.decided("sound", str(lab_of(name).number), LEARNER_FILES / name)
     assert code == 0, explain(report)
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
     if name == "lab1_workers2.py":  # two workers still leave much of the wait: the report says so
@@ -222,7 +245,7 @@ def test_a_sound_alternative_fix_passes(fresh_kit, name):
                    for d in evidence["details"]), explain(report)
 
 
-def test_a_loader_that_asks_for_the_whole_epoch_at_once_is_told_its_start_up_counts(fresh_kit):
+def test_a_loader_that_asks_for_the_whole_epoch_at_once_is_told_its_start_up_counts(batch):
     """32 workers with prefetch_factor=2 ask for all 64 batches of the epoch before the first step ends.
 
     A sound loader for a long epoch, and its trace is clean; but on 2 cores the first batch arrives
@@ -231,9 +254,9 @@ def test_a_loader_that_asks_for_the_whole_epoch_at_once_is_told_its_start_up_cou
     speed-up here lands near the 1.5x threshold (1.5-2.1x, often inconclusive). The report must say
     where the time went, whatever the verdict.
     """
-    name = "lab1_workers32.py"
+    name = WHOLE_EPOCH
     assert not refused(LEARNER_FILES / name, lab_of(name))
-    code, report = fresh_kit.check_json("1", "--file", str(LEARNER_FILES / name))
+    code, report = batch.report("sound", LEARNER_FILES / name)
     found = statuses(report)
     assert (found["runs"], found["same_results"], found["evidence"]) == ("passed",) * 3, explain(report)
     assert found["faster"] in ("passed", "inconclusive", "failed") and code in (0, 1, 4), explain(report)
