@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import CHECK_NAMES, LEARNER_FILES, explain, failing, statuses
+from conftest import CHECK_NAMES, LEARNER_FILES, Batch, explain, failing, sharing_data, statuses
 
 
 def test_reference_solution_passes_on_memory(lab5_solution):
@@ -60,18 +60,29 @@ def test_untouched_exercise_fails_on_the_evidence(fresh_kit):
     assert "Profile › Memory" in evidence["help"] and "most from aten::" in evidence["actual"]
 
 
+VARIANTS = ["lab5_inference_mode.py", "lab5_detach.py", "lab5_gc_collect.py", "lab5_empty_cache.py",
+            "lab5_keeps_early.py", "lab5_eval_less.py"]
+
+
+@pytest.fixture(scope="module")
+def batch(kit, tmp_path_factory) -> Batch:
+    """The learner files below, checked in one batch (conftest.Batch)."""
+    return Batch(sharing_data(tmp_path_factory.mktemp("lab5-kit"), kit),
+                 {"lab5": ({}, [("5", LEARNER_FILES / name, True) for name in VARIANTS])})
+
+
 @pytest.mark.parametrize("variant", ["lab5_inference_mode.py", "lab5_detach.py"])
-def test_sound_alternatives_pass(fresh_kit, variant):
+def test_sound_alternatives_pass(batch, variant):
     """inference_mode with float() histories; and no no_grad at all, only detached histories."""
-    code, report = fresh_kit.check_decided("5", "--file", str(LEARNER_FILES / variant))
+    code, report = batch.decided("lab5", "5", LEARNER_FILES / variant)
     assert code == 0, explain(report)
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
 
 
 @pytest.mark.parametrize("variant, call", [("lab5_gc_collect.py", "gc.collect"),
                                            ("lab5_empty_cache.py", "empty_cache")])
-def test_collecting_garbage_is_not_a_fix_and_is_told_why(fresh_kit, variant, call):
-    code, report = fresh_kit.check_json("5", "--file", str(LEARNER_FILES / variant))
+def test_collecting_garbage_is_not_a_fix_and_is_told_why(batch, variant, call):
+    code, report = batch.report("lab5", LEARNER_FILES / variant)
     assert code == 1
     assert statuses(report)["evidence"] == "failed"
     evidence = failing(report)
@@ -79,10 +90,10 @@ def test_collecting_garbage_is_not_a_fix_and_is_told_why(fresh_kit, variant, cal
     assert "referenced" in evidence["help"] or "in use" in evidence["help"]
 
 
-def test_a_leak_kept_out_of_the_profiled_steps_fails_on_the_peak(fresh_kit):
+def test_a_leak_kept_out_of_the_profiled_steps_fails_on_the_peak(batch):
     """The first four evaluations' graphs kept for good: the trace, taken at the end, shows nothing kept,
     and the peak read from outside the run still holds them."""
-    code, report = fresh_kit.check_decided("5", "--file", str(LEARNER_FILES / "lab5_keeps_early.py"))
+    code, report = batch.decided("lab5", "5", LEARNER_FILES / "lab5_keeps_early.py")
     assert code == 1, explain(report)
     assert statuses(report) == {"runs": "passed", "same_results": "passed", "evidence": "passed",
                                 "faster": "failed"}
@@ -91,8 +102,8 @@ def test_a_leak_kept_out_of_the_profiled_steps_fails_on_the_peak(fresh_kit):
     assert "unprofiled runs" in leaner["actual"]
 
 
-def test_evaluating_less_often_fails_on_results(fresh_kit):
-    code, report = fresh_kit.check_json("5", "--file", str(LEARNER_FILES / "lab5_eval_less.py"))
+def test_evaluating_less_often_fails_on_results(batch):
+    code, report = batch.report("lab5", LEARNER_FILES / "lab5_eval_less.py")
     assert code == 1
     same = failing(report)
     assert same["name"] == "same_results" and same["rationale"].startswith("step 3 yields no 'val_loss'")
