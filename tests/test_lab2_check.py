@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import CHECK_NAMES, LEARNER_FILES, failing, sharing_data, statuses, explain
+from conftest import CHECK_NAMES, LEARNER_FILES, Batch, explain, failing, sharing_data, statuses
 from proflab import labs
 from proflab.labkit.recsys import RequestLog
 
@@ -81,12 +81,22 @@ def test_untouched_exercise_fails_on_the_evidence(lab2_exercise):
     assert report["comparison"] is None
 
 
-def grade(kit, name: str) -> tuple[int, dict]:
-    return kit.check_decided("2", "--file", str(LEARNER_FILES / name))
+FILES = ['lab2_sum_pooling.py', 'lab2_per_request.py']
 
 
-def test_sum_pooling_fails_on_results(fresh_kit):
-    code, report = grade(fresh_kit, "lab2_sum_pooling.py")
+@pytest.fixture(scope="module")
+def batch(kit, tmp_path_factory) -> Batch:
+    """The learner files below, checked in one batch (conftest.Batch)."""
+    return Batch(sharing_data(tmp_path_factory.mktemp("lab2-kit"), kit),
+                 {"lab2": ({}, [("2", LEARNER_FILES / name, True) for name in FILES])})
+
+
+def grade(batch: Batch, name: str) -> tuple[int, dict]:
+    return batch.decided("lab2", "2", LEARNER_FILES / name)
+
+
+def test_sum_pooling_fails_on_results(batch):
+    code, report = grade(batch, "lab2_sum_pooling.py")
     assert code == 1
     assert statuses(report) == {"runs": "passed", "same_results": "failed", "evidence": "skipped",
                                 "faster": "skipped"}
@@ -95,12 +105,12 @@ def test_sum_pooling_fails_on_results(fresh_kit):
     assert "mean" in same["help"]
 
 
-def test_one_lookup_per_request_fails_on_the_evidence(fresh_kit):
-    code, report = grade(fresh_kit, "lab2_per_request.py")
+def test_one_lookup_per_request_fails_on_the_evidence(batch):
+    code, report = grade(batch, "lab2_per_request.py")
     assert code == 1
     assert statuses(report)["same_results"] == "passed"
     assert failing(report)["name"] == "evidence"
-    batch_size = labs.load(lab2_folder(fresh_kit)).workload.batch_size
+    batch_size = labs.load(lab2_folder(batch.kit)).workload.batch_size
     learner = report["evidence"]["learner"]
     assert learner["value"] == 2 * batch_size  # one aten::index per bag, two bags per request
     assert learner["details"]["aten::index"] == 2 * batch_size

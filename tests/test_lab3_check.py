@@ -7,15 +7,27 @@ counts are exact: the same code runs the same operators on any machine.
 
 from __future__ import annotations
 
-from conftest import CHECK_NAMES, LEARNER_FILES, failing, statuses, explain
+import pytest
+
+from conftest import CHECK_NAMES, LEARNER_FILES, Batch, explain, failing, sharing_data, statuses
 
 
 def lab3_folder(kit):
     return kit.root / "labs" / "03_fusion"
 
 
-def grade(kit, name: str) -> tuple[int, dict]:
-    return kit.check_decided("3", "--file", str(LEARNER_FILES / name))
+FILES = ['lab3_compile.py', 'lab3_mix.py', 'lab3_no_mask.py']
+
+
+@pytest.fixture(scope="module")
+def batch(kit, tmp_path_factory) -> Batch:
+    """The learner files below, checked in one batch (conftest.Batch)."""
+    return Batch(sharing_data(tmp_path_factory.mktemp("lab3-kit"), kit),
+                 {"lab3": ({}, [("3", LEARNER_FILES / name, True) for name in FILES])})
+
+
+def grade(batch: Batch, name: str) -> tuple[int, dict]:
+    return batch.decided("lab3", "3", LEARNER_FILES / name)
 
 
 def test_reference_solution_passes(lab3_solution):
@@ -55,22 +67,22 @@ def test_untouched_exercise_fails(fresh_kit):
     assert "layer_norm" in evidence["help"]
 
 
-def test_torch_compile_fix_passes(fresh_kit):
-    code, report = grade(fresh_kit, "lab3_compile.py")
+def test_torch_compile_fix_passes(batch):
+    code, report = grade(batch, "lab3_compile.py")
     assert code == 0, explain(report)
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
     assert report["evidence"]["learner"]["value"] <= 0.5 * report["evidence"]["original"]["value"]
 
 
-def test_mixed_fix_passes(fresh_kit):
+def test_mixed_fix_passes(batch):
     """The fused attention built-in for attention, torch.compile for the hand-written rest."""
-    code, report = grade(fresh_kit, "lab3_mix.py")
+    code, report = grade(batch, "lab3_mix.py")
     assert code == 0, explain(report)
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
 
 
-def test_dropped_causal_mask_fails_on_results(fresh_kit):
-    code, report = grade(fresh_kit, "lab3_no_mask.py")
+def test_dropped_causal_mask_fails_on_results(batch):
+    code, report = grade(batch, "lab3_no_mask.py")
     assert code == 1
     assert statuses(report) == {"runs": "passed", "same_results": "failed", "evidence": "skipped",
                                 "faster": "skipped"}
