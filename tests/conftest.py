@@ -246,7 +246,12 @@ class Batch:
 
     def report(self, group: str, file: Path) -> tuple[int, dict]:
         if group not in self.done:
-            self.done[group] = self._check(group)
+            try:
+                self.done[group] = self._check(group)
+            except (AssertionError, subprocess.TimeoutExpired) as e:
+                self.done[group] = f"the batch {group} failed, see the first test that asked for it: {e}"[:4000]
+        if isinstance(self.done[group], str):  # a batch that failed is not run again for every test of it
+            pytest.fail(self.done[group])
         found = self.done[group][str(Path(file).resolve())]
         return found["exit_code"], found
 
