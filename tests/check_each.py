@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from proflab import labs
+from proflab import cli, labs
 from proflab.grading import checks
 from proflab.reporting import report
 from proflab.running import forkserver
@@ -31,8 +31,7 @@ def main(spec_path: str, out_path: str) -> int:
     with forkserver.session():
         for item in spec:
             lab, file = labs.resolve(str(item["lab"])), Path(item["file"]).resolve()
-            stem = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in file.stem)
-            result = checks.check(lab, file, label=f"file-{stem}", audited=item.get("audited", True))
+            result = checks.check(lab, file, label=cli._label(lab, file), audited=item.get("audited", True))
             reports.append(json.loads(report.to_json(result)))
     Path(out_path).write_text(json.dumps(reports), encoding="utf-8")
     return 0

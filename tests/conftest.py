@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -68,30 +69,35 @@ class Kit:
     def lab1(self) -> Path:
         return self.root / "labs" / "01_dataloader"
 
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "PROFLAB_ROOT": str(self.root), "COLUMNS": "200"}
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return {**os.environ, "PROFLAB_ROOT": str(self.root), "COLUMNS": "200", **(extra or {})}
 
-    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "proflab", *args], cwd=self.root, env=self.env(),
+    def run(self, *args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "proflab", *args], cwd=self.root, env=self.env(env),
                               capture_output=True, text=True, timeout=timeout)
 
-    def check_json(self, *args: str) -> tuple[int, dict]:
-        proc = self.run("check", *args, "--json")
+    def check_json(self, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict]:
+        proc = self.run("check", *args, "--json", env=env)
         assert proc.stdout.strip(), f"no JSON on stdout; stderr:\n{proc.stderr}"
         return proc.returncode, json.loads(proc.stdout)
 
     def check_decided(self, *args: str) -> tuple[int, dict]:
-        """``check_json``, run once more when the machine was too busy to call it (exit code 4).
+        """``check_json``, run once more when the machine was too busy to call it (``decided``)."""
+        return decided(self.check_json(*args), lambda: self.check_json(*args))
 
-        That is the checker's own advice to a learner who gets "inconclusive".
-        A second inconclusive verdict is returned as it is, and fails a test
-        that expects a pass; a failed verdict is never run again.
-        """
-        code, report = self.check_json(*args)
-        if code == 4:
-            print(f"inconclusive, checking again:\n{explain(report)}")
-            code, report = self.check_json(*args)
-        return code, report
+
+def decided(first: tuple[int, dict], again: Callable[[], tuple[int, dict]]) -> tuple[int, dict]:
+    """A check's outcome, or ``again()``'s when the machine was too busy to call it (exit code 4).
+
+    That is the checker's own advice to a learner who gets "inconclusive".
+    A second inconclusive verdict is returned as it is, and fails a test
+    that expects a pass; a failed verdict is never run again.
+    """
+    code, report = first
+    if code == 4:
+        print(f"inconclusive, checking again:\n{explain(report)}")
+        code, report = again()
+    return code, report
 
 
 # --- nothing a test starts outlives it ------------------------------------------
@@ -241,9 +247,6 @@ class Batch:
     def __init__(self, kit: Kit, groups: dict[str, tuple[dict[str, str], list[tuple[str, Path, bool]]]]):
         self.kit, self.groups, self.done = kit, groups, {}
 
-    def env(self, group: str) -> dict[str, str]:
-        return {**self.kit.env(), **self.groups[group][0]}
-
     def report(self, group: str, file: Path) -> tuple[int, dict]:
         if group not in self.done:
             try:
@@ -256,25 +259,26 @@ class Batch:
         return found["exit_code"], found
 
     def decided(self, group: str, lab: str, file: Path) -> tuple[int, dict]:
-        """The report, checked once more on its own (``proflab check``) when the batch's check was too
-        noisy to call: the checker's own advice, as ``Kit.check_decided`` follows it."""
-        code, report = self.report(group, file)
-        if code == 4:
-            print(f"inconclusive, checking again:\n{explain(report)}")
-            proc = subprocess.run([sys.executable, "-m", "proflab", "check", lab, "--file", str(file), "--json"],
-                                  cwd=self.kit.root, env=self.env(group), capture_output=True, text=True, timeout=600)
-            assert proc.stdout.strip(), f"no JSON on stdout; stderr:\n{proc.stderr}"
-            code, report = proc.returncode, json.loads(proc.stdout)
-        return code, report
+        """The report, or the file checked once more on its own (``proflab check``) when the batch's
+        check was too noisy to call (``decided``)."""
+        return decided(self.report(group, file),
+                       lambda: self.kit.check_json(lab, "--file", str(file), env=self.groups[group][0]))
 
     def _check(self, group: str) -> dict[str, dict]:
-        _, items = self.groups[group]
+        env, items = self.groups[group]
         spec = self.kit.root / f"batch-{group}.json"
         out = self.kit.root / f"batch-{group}.out.json"
         spec.write_text(json.dumps([{"lab": lab, "file": str(Path(f).resolve()), "audited": audited}
                                     for lab, f, audited in sorted(items, key=lambda i: i[0])]))
         proc = subprocess.run([sys.executable, str(CHECK_EACH), str(spec), str(out)], cwd=self.kit.root,
-                              env=self.env(group), capture_output=True, text=True, timeout=3600)
+                              env=self.kit.env(env), capture_output=True, text=True, timeout=3600)
         assert proc.returncode == 0 and out.is_file(), f"the batch {group} failed:\n{proc.stdout}\n{proc.stderr}"
         reports = json.loads(out.read_text())
         return {str(Path(r["file"]).resolve()): r for r in reports}
+
+
+def learner_files(kit: Kit, tmp_path_factory, lab: str, names: list[str]) -> Batch:
+    """One lab's files of ``tests/learner_files``, audited, as one batch named after the lab, in a kit of
+    its own that shares the session's data."""
+    return Batch(sharing_data(tmp_path_factory.mktemp(f"lab{lab}-kit"), kit),
+                 {lab: ({}, [(lab, LEARNER_FILES / name, True) for name in names])})

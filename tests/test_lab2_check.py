@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import CHECK_NAMES, LEARNER_FILES, Batch, explain, failing, sharing_data, statuses
+from conftest import CHECK_NAMES, LEARNER_FILES, explain, failing, learner_files, sharing_data, statuses
 from proflab import labs
 from proflab.labkit.recsys import RequestLog
 
@@ -85,14 +85,13 @@ FILES = ['lab2_sum_pooling.py', 'lab2_per_request.py']
 
 
 @pytest.fixture(scope="module")
-def batch(kit, tmp_path_factory) -> Batch:
+def batch(kit, tmp_path_factory):
     """The learner files below, checked in one batch (conftest.Batch)."""
-    return Batch(sharing_data(tmp_path_factory.mktemp("lab2-kit"), kit),
-                 {"lab2": ({}, [("2", LEARNER_FILES / name, True) for name in FILES])})
+    return learner_files(kit, tmp_path_factory, "2", FILES)
 
 
-def grade(batch: Batch, name: str) -> tuple[int, dict]:
-    return batch.decided("lab2", "2", LEARNER_FILES / name)
+def grade(batch, name: str) -> tuple[int, dict]:
+    return batch.decided("2", "2", LEARNER_FILES / name)
 
 
 def test_sum_pooling_fails_on_results(batch):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import CHECK_NAMES, LEARNER_FILES, Batch, explain, failing, sharing_data, statuses
+from conftest import CHECK_NAMES, LEARNER_FILES, explain, failing, learner_files, statuses
 
 
 def lab3_folder(kit):
@@ -20,14 +20,13 @@ FILES = ['lab3_compile.py', 'lab3_mix.py', 'lab3_no_mask.py']
 
 
 @pytest.fixture(scope="module")
-def batch(kit, tmp_path_factory) -> Batch:
+def batch(kit, tmp_path_factory):
     """The learner files below, checked in one batch (conftest.Batch)."""
-    return Batch(sharing_data(tmp_path_factory.mktemp("lab3-kit"), kit),
-                 {"lab3": ({}, [("3", LEARNER_FILES / name, True) for name in FILES])})
+    return learner_files(kit, tmp_path_factory, "3", FILES)
 
 
-def grade(batch: Batch, name: str) -> tuple[int, dict]:
-    return batch.decided("lab3", "3", LEARNER_FILES / name)
+def grade(batch, name: str) -> tuple[int, dict]:
+    return batch.decided("3", "3", LEARNER_FILES / name)
 
 
 def test_reference_solution_passes(lab3_solution):

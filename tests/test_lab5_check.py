@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import CHECK_NAMES, LEARNER_FILES, Batch, explain, failing, sharing_data, statuses
+from conftest import CHECK_NAMES, LEARNER_FILES, explain, failing, learner_files, statuses
 
 
 def test_reference_solution_passes_on_memory(lab5_solution):
@@ -65,16 +65,15 @@ VARIANTS = ["lab5_inference_mode.py", "lab5_detach.py", "lab5_gc_collect.py", "l
 
 
 @pytest.fixture(scope="module")
-def batch(kit, tmp_path_factory) -> Batch:
+def batch(kit, tmp_path_factory):
     """The learner files below, checked in one batch (conftest.Batch)."""
-    return Batch(sharing_data(tmp_path_factory.mktemp("lab5-kit"), kit),
-                 {"lab5": ({}, [("5", LEARNER_FILES / name, True) for name in VARIANTS])})
+    return learner_files(kit, tmp_path_factory, "5", VARIANTS)
 
 
 @pytest.mark.parametrize("variant", ["lab5_inference_mode.py", "lab5_detach.py"])
 def test_sound_alternatives_pass(batch, variant):
     """inference_mode with float() histories; and no no_grad at all, only detached histories."""
-    code, report = batch.decided("lab5", "5", LEARNER_FILES / variant)
+    code, report = batch.decided("5", "5", LEARNER_FILES / variant)
     assert code == 0, explain(report)
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
 
@@ -82,7 +81,7 @@ def test_sound_alternatives_pass(batch, variant):
 @pytest.mark.parametrize("variant, call", [("lab5_gc_collect.py", "gc.collect"),
                                            ("lab5_empty_cache.py", "empty_cache")])
 def test_collecting_garbage_is_not_a_fix_and_is_told_why(batch, variant, call):
-    code, report = batch.report("lab5", LEARNER_FILES / variant)
+    code, report = batch.report("5", LEARNER_FILES / variant)
     assert code == 1
     assert statuses(report)["evidence"] == "failed"
     evidence = failing(report)
@@ -93,7 +92,7 @@ def test_collecting_garbage_is_not_a_fix_and_is_told_why(batch, variant, call):
 def test_a_leak_kept_out_of_the_profiled_steps_fails_on_the_peak(batch):
     """The first four evaluations' graphs kept for good: the trace, taken at the end, shows nothing kept,
     and the peak read from outside the run still holds them."""
-    code, report = batch.decided("lab5", "5", LEARNER_FILES / "lab5_keeps_early.py")
+    code, report = batch.decided("5", "5", LEARNER_FILES / "lab5_keeps_early.py")
     assert code == 1, explain(report)
     assert statuses(report) == {"runs": "passed", "same_results": "passed", "evidence": "passed",
                                 "faster": "failed"}
@@ -103,7 +102,7 @@ def test_a_leak_kept_out_of_the_profiled_steps_fails_on_the_peak(batch):
 
 
 def test_evaluating_less_often_fails_on_results(batch):
-    code, report = batch.report("lab5", LEARNER_FILES / "lab5_eval_less.py")
+    code, report = batch.report("5", LEARNER_FILES / "lab5_eval_less.py")
     assert code == 1
     same = failing(report)
     assert same["name"] == "same_results" and same["rationale"].startswith("step 3 yields no 'val_loss'")

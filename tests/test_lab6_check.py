@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHECK_NAMES, LEARNER_FILES, Batch, as_in_a_terminal, explain, failing, sharing_data, statuses
+from conftest import CHECK_NAMES, LEARNER_FILES, as_in_a_terminal, explain, failing, learner_files, statuses
 
 NO_AUDIT = {"PROFLAB_AUDIT": "off"}  # the crash below reaches for ctypes, which the audit refuses
 
@@ -56,23 +56,22 @@ VARIANTS = ["lab6_no_sync_small_buckets.py", "lab6_by_hand.py", "lab6_big_bucket
 
 
 @pytest.fixture(scope="module")
-def batch(kit, tmp_path_factory) -> Batch:
+def batch(kit, tmp_path_factory):
     """The learner files below, checked in one batch (conftest.Batch): a torchrun job per run, as ever."""
-    return Batch(sharing_data(tmp_path_factory.mktemp("lab6-kit"), kit),
-                 {"lab6": ({}, [("6", LEARNER_FILES / name, True) for name in VARIANTS])})
+    return learner_files(kit, tmp_path_factory, "6", VARIANTS)
 
 
 @pytest.mark.parametrize("variant", ["lab6_no_sync_small_buckets.py", "lab6_by_hand.py"])
 def test_sound_alternatives_pass(batch, variant):
     """no_sync with the original's small buckets; and no DDP at all, one all-reduce per step by hand."""
-    code, report = batch.decided("lab6", "6", LEARNER_FILES / variant)
+    code, report = batch.decided("6", "6", LEARNER_FILES / variant)
     assert code == 0, explain(report)
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
 
 
 def test_larger_buckets_alone_send_the_same_bytes_and_fail_on_the_evidence(batch):
     """bucket_cap_mb=25 without no_sync: fewer calls, the same gradients sent after every micro-batch."""
-    code, report = batch.report("lab6", LEARNER_FILES / "lab6_big_buckets_only.py")
+    code, report = batch.report("6", LEARNER_FILES / "lab6_big_buckets_only.py")
     assert code == 1, explain(report)
     assert statuses(report)["evidence"] == "failed", explain(report)
     ev = report["evidence"]
@@ -85,7 +84,7 @@ def test_larger_buckets_alone_send_the_same_bytes_and_fail_on_the_evidence(batch
     ("lab6_all_data.py", "every rank trained on the same samples"),
 ])
 def test_ranks_that_do_not_share_the_work_fail_on_results_and_are_told_which(batch, variant, said):
-    code, report = batch.report("lab6", LEARNER_FILES / variant)
+    code, report = batch.report("6", LEARNER_FILES / variant)
     assert code == 1, explain(report)
     assert statuses(report)["same_results"] == "failed", explain(report)
     assert said in failing(report)["rationale"], failing(report)
