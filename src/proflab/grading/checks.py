@@ -325,11 +325,18 @@ def check(
             try:
                 with forkserver.session():  # torch is imported once for the check's runs, not once each
                     preload = execute.preload_for(lab.original, learner)
-                    execute.warm(lab, preload)  # while the data are verified and the file audited
-                    data = prepare_data(lab)
-                    _grade(lab, learner, label, device, rounds, timeout, report, on_progress,
-                           workdir=workdir or Path(file).resolve().parent, work=work, shown_as=Path(file),
-                           data=data, preload=preload)
+                    # Each version's runs are forked from a server of its own, in a sandbox of its own:
+                    # the learner's runs never reach the original's. Both start importing now, while the
+                    # data are verified and the file audited.
+                    execute.warm(lab, preload, original_role(lab))
+                    execute.warm(lab, preload, str(learner))
+                    try:
+                        data = prepare_data(lab)
+                        _grade(lab, learner, label, device, rounds, timeout, report, on_progress,
+                               workdir=workdir or Path(file).resolve().parent, work=work, shown_as=Path(file),
+                               data=data, preload=preload)
+                    finally:
+                        forkserver.retire(str(learner))
             finally:
                 _publish_traces(lab, label, report)
                 name_the_file(report, learner, Path(file))
@@ -339,6 +346,20 @@ def check(
     finally:
         report.duration_s = time.perf_counter() - started
     return report
+
+
+def original_role(lab: labs.Lab) -> str:
+    """Whose server forks a lab's original: one per lab, never a learner's file's."""
+    return f"original:{lab.slug}"
+
+
+def round_seed() -> int:
+    """A round's inputs, drawn by the checker when the round starts (``cfg.seed``, and the data and weights
+    the lab kit draws from it): unknown to a file in advance, so nothing kept from another round or
+    another check is worth anything."""
+    import secrets
+
+    return secrets.randbelow(2**31 - 1) + 1
 
 
 def prepare_data(lab: labs.Lab) -> Path | None:
@@ -471,6 +492,8 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
     loaded: dict[str, evidence.Trace] = {}  # the first runs' traces, read once by execute, until the evidence
     measuring_since = time.perf_counter()
 
+    seeds: dict[int, int] = {}
+
     def run_one(which: str, round_no: int) -> execute.Outcome:
         nonlocal device
         first = not (originals if which == "original" else learners)
@@ -486,7 +509,8 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                                   # (a lab graded on memory runs every step each time: its peak
                                   # grows with the steps, and each round must compare the same)
                                   steps=None if first or lab.leaner else {"profile_steps": 0},
-                                  preload=preload)
+                                  preload=preload, seed=seeds.setdefault(round_no, round_seed()),
+                                  role=original_role(lab) if which == "original" else str(file))
         except errors.KitError as e:
             raise NotGraded(str(e)) from None
         if outcome.status == "kit":
@@ -545,18 +569,12 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                                     "this is a problem of the kit or the machine, not of your fix")
                     report.traceback = outcome.result.get("traceback", "") or outcome.stderr
                     return
-                if originals and (diff := differs(lab, originals[0], outcome)):
-                    report.verdict = "error"
-                    report.error = f"two runs of the original disagree ({diff.message}): the lab is not deterministic here"
-                    return
-                if originals:  # compared: only the first run's values are kept
-                    outcome.result.pop("results")
-                    outcome.result.pop("rank_results", None)
                 originals.append(outcome)
         report.device = device
 
-        for run in learners[len(report.timings["learner"]):]:
-            diff = differs(lab, originals[0], run)
+        for index in range(len(report.timings["learner"]), len(learners)):
+            run = learners[index]
+            diff = differs(lab, originals[index], run)  # the original's run on the same round's inputs
             unread = (run.result.get("storage") or {}).get("unread")
             if diff is not None or unread:
                 runs.passed(f"{Path(file).name} ran all {lab.workload.total_steps} steps",
@@ -570,8 +588,9 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                                 "make the reads overlap (DataLoader workers, threads), not disappear")
                 report.verdict = FAILED
                 return
-            run.result.pop("results")  # compared: the checker's memory does not grow with every run's values
-            run.result.pop("rank_results", None)
+            for compared in (run, originals[index]):  # the checker's memory does not grow with every run's values
+                compared.result.pop("results", None)
+                compared.result.pop("rank_results", None)
         allowance = first_step_allowance(lab, originals)
         report.timings["original"] = [counted_step_s(o, allowance) for o in originals]
         report.timings["learner"] = [counted_step_s(o, allowance) for o in learners]
@@ -624,17 +643,18 @@ def _as_original(run: execute.Outcome, report: Report, loaded: dict[str, evidenc
     return replace(run, version="original", result={**run.result, **values})
 
 
-def _expected(first_original: execute.Outcome, run: execute.Outcome) -> list[dict]:
-    """The values the original's first run yielded, for as many steps as ``run`` was asked for (a later
-    run stops after its timed steps: its values are held to the original's first ones)."""
-    return first_original.result["results"][:run.steps_asked]
+def _expected(original: execute.Outcome, run: execute.Outcome) -> list[dict]:
+    """The values the original's run yielded, for as many steps as ``run`` was asked for (a later run
+    stops after its timed steps)."""
+    return original.result["results"][:run.steps_asked]
 
 
-def differs(lab: labs.Lab, first_original: execute.Outcome, run: execute.Outcome) -> compare.Difference | None:
-    """Where ``run``'s values differ from the original's first run's (a torchrun job's: rank by rank)."""
+def differs(lab: labs.Lab, original: execute.Outcome, run: execute.Outcome) -> compare.Difference | None:
+    """Where ``run``'s values differ from those of the original's run on the same inputs (a torchrun
+    job's: rank by rank)."""
     if lab.distributed is None:
-        return compare.compare(_expected(first_original, run), run.result["results"], lab.results)
-    expected = [values[:run.steps_asked] for values in first_original.result["rank_results"]]
+        return compare.compare(_expected(original, run), run.result["results"], lab.results)
+    expected = [values[:run.steps_asked] for values in original.result["rank_results"]]
     return compare.compare_ranks(expected, run.result.get("rank_results"), lab.results, lab.distributed)
 
 

@@ -150,7 +150,8 @@ def run(s: Settings, on_progress: Progress = lambda message: None) -> GateReport
             try:
                 with forkserver.session():
                     preload = execute.preload_for(gate.baseline, gate.candidate)
-                    execute.warm(gate.lab, preload)
+                    for file in (gate.baseline, gate.candidate):  # each in a sandbox of its own
+                        execute.warm(gate.lab, preload, str(file))
                     data = checks.prepare_data(gate.lab)
                     _measure(gate, report, on_progress, work, data, preload)
             finally:
@@ -240,7 +241,7 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
                                   (Path(s.baseline) if s.baseline else file),
                                   sys_path=gate.tree.import_paths(sys.path) if gate.tree and which == "baseline"
                                   else None,
-                                  steps=None if first else {"profile_steps": 0})
+                                  steps=None if first else {"profile_steps": 0}, role=str(file))
         except errors.KitError as e:
             raise NotGraded(str(e)) from None
         if outcome.status == "kit":

@@ -36,6 +36,22 @@ MANIFEST_VERSION = 1  # of READY's own layout
 SHOWN = 3  # file names quoted in a problem's description, before "and N more"
 
 
+_round_seed = 0  # this run's inputs: 0 outside a check, a fresh number the checker draws for each round
+
+
+def set_round(seed: int) -> None:
+    """Called by the kit's runner before a lab file is imported: the seed of this round's inputs."""
+    global _round_seed
+    _round_seed = int(seed)
+
+
+def seed_for(base: int) -> int:
+    """The seed a lab's model weights (or generated inputs) are drawn from: ``base`` outside a check (the
+    figures the docs quote), and a different one every round of a check, drawn by the checker, so that
+    no version can keep results from an earlier round or check and replay them."""
+    return base if not _round_seed else (base + _round_seed * 7_919) % (2**62)
+
+
 class DataError(Exception):
     """A lab's data could not be built or verified; the message is one line, for the person at the keyboard."""
 

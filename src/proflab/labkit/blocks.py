@@ -19,7 +19,7 @@ from typing import Iterator
 
 import torch
 
-from . import build_once, save
+from . import build_once, save, seed_for
 
 NUM_BATCHES = 64
 BATCH = 4  # sequences per batch
@@ -70,7 +70,7 @@ def init_params(device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     ``proj`` mixes the heads' outputs; ``fc1`` and ``fc2`` are the MLP. Every
     matrix is stored ``(in, out)``, to be used as ``x @ w + b``.
     """
-    g = torch.Generator().manual_seed(_WEIGHTS_SEED)
+    g = torch.Generator().manual_seed(seed_for(_WEIGHTS_SEED))
 
     def matrix(n_in: int, n_out: int) -> torch.Tensor:
         return torch.randn(n_in, n_out, generator=g) / n_in ** 0.5

@@ -19,7 +19,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from . import build_once, save
+from . import build_once, save, seed_for
 
 NUM_BATCHES = 48
 BATCH = 1024  # samples per batch
@@ -69,5 +69,5 @@ class Classifier(nn.Sequential):
 
     def __init__(self):
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(_WEIGHTS_SEED)
+            torch.manual_seed(seed_for(_WEIGHTS_SEED))
             super().__init__(nn.Linear(FEATURES, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES))

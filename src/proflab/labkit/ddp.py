@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
+from . import seed_for
 from .mlp import CLASSES, FEATURES, NUM_BATCHES, BATCH, ensure_tabular
 
 WIDTH = 512
@@ -51,7 +52,7 @@ class WideMLP(nn.Sequential):
 
     def __init__(self):
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(_WEIGHTS_SEED)
+            torch.manual_seed(seed_for(_WEIGHTS_SEED))
             layers: list[nn.Module] = [nn.Linear(FEATURES, WIDTH), nn.GELU()]
             for _ in range(LAYERS - 1):
                 layers += [nn.Linear(WIDTH, WIDTH), nn.GELU()]

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import build_once, save
+from . import build_once, save, seed_for
 
 NUM_BATCHES = 40
 BATCH = 256  # training samples per batch
@@ -88,6 +88,6 @@ class ResidualMLP(nn.Sequential):
 
     def __init__(self):
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(_WEIGHTS_SEED)
+            torch.manual_seed(seed_for(_WEIGHTS_SEED))
             super().__init__(nn.Linear(FEATURES, HIDDEN), *[Block() for _ in range(BLOCKS)],
                              nn.LayerNorm(HIDDEN), nn.Linear(HIDDEN, CLASSES))

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import errors, labs, paths, quiet
-from . import forkserver, memory, processes, storage, torchrun
+from . import forkserver, memory, processes, sandbox, storage, torchrun
 
 OUTPUT_TAIL_CHARS = 4000
 POLL_S = 0.25  # how often a running lab's memory is looked at
@@ -67,6 +67,7 @@ class Outcome:
     trace: Any = field(default=None, repr=False)  # the trace, read and checked once (an evidence.Trace)
     rank_traces: list[Any] = field(default_factory=list, repr=False)  # a torchrun job's: every rank's, in order
     steps_asked: int = 0  # the steps the run was to take: warm-up, timed and profiled
+    sandboxed: bool = False  # run inside a sandbox of the engine's (``sandbox``)
 
     @property
     def ok(self) -> bool:
@@ -85,6 +86,7 @@ class Marks:
     trace_sha256: str | None = None
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)  # at "S" and "E": CPU seconds per thread/process
     wall: dict[str, float] = field(default_factory=dict)  # the wall clock (time.time) at "B" and "E"
+    busy: list[float] = field(default_factory=list)  # at each "C" and "c": CPU seconds the whole run had used
 
     def times(self, code: str) -> list[float]:
         return [t for c, t in self.stamps if c == code]
@@ -106,21 +108,21 @@ FORK = True
 
 
 def _start(server, scratch: Path, spec: dict[str, Any], env: dict[str, str], workdir: Path, out, err,
-           mark_fd: int):
+           mark_fd: int, box=None):
     """The run's first process: forked by ``server``, or (with no server, or one that fails to fork)
-    a fresh ``python -m proflab.running.runner SPEC``. A distributed lab's starts its torchrun job
-    (``torchrun``)."""
+    a fresh ``python -m proflab.running.runner SPEC``, in a sandbox of its own where ``box`` is given.
+    A distributed lab's starts its torchrun job (``torchrun``)."""
     if server is not None:
         try:
             return server.spawn(scratch / "spec.json", workdir, env, out.fileno(), err.fileno(), mark_fd)
         except forkserver.ServerError:
             spec["mark_fd"] = mark_fd
             (scratch / "spec.json").write_text(json.dumps(spec))
-    return subprocess.Popen(
-        [sys.executable, "-m", "proflab.running.runner", str(scratch / "spec.json")],
-        stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=workdir, env=env,
-        start_new_session=True, pass_fds=(mark_fd,),
-    )
+    argv = [sys.executable, "-m", "proflab.running.runner", str(scratch / "spec.json")]
+    if box is not None:
+        argv = box.command(argv, cwd=workdir)
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=workdir, env=env,
+                            start_new_session=True, pass_fds=(mark_fd,))
 
 
 def _stop(proc, tree: processes.Tree) -> None:
@@ -154,8 +156,17 @@ def run(
     output_chars: int = OUTPUT_TAIL_CHARS,
     preload: tuple[str, ...] | None = None,
     sys_path: list[str] | None = None,
+    seed: int | None = None,
+    role: str | None = None,
 ) -> Outcome:
     """Run ``file`` (a version of ``lab``) once in a fresh process, in ``workdir`` (default: the file's folder).
+
+    Where the sandbox engine runs (``sandbox.in_use``), the run is forked from
+    a server in a sandbox of its own, one per ``role`` (default: the file's
+    path), and writes only in that sandbox's folder, emptied after the run.
+
+    ``seed``: this run's inputs (``cfg.seed``, and the lab kit's data and
+    weights, ``labkit.seed_for``); default: the lab's own.
 
     ``preload``: what the fork server imports first (default: what ``lab``'s
     original and ``file`` import); a check passes the same for both versions,
@@ -177,12 +188,29 @@ def run(
     full = errors.low_disk(_scratch_dir_path(), trace_dir, need=errors.RUN_NEEDS_BYTES)
     if full:  # said before the run: a disk that fills during it is the run's doing
         raise errors.KitError(full)
+    env = run_env(lab)
+    engine = sandbox.in_use()
+    preload = preload if preload is not None else preload_for(lab.original, file)
+    role = role or str(file.resolve())
+    server, shared = forkserver.server_for(env, (storage.ENV_VAR,), preload, _scratch_dir(), role, engine) \
+        if FORK else (None, False)
+    box = None
     try:
-        scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_dir()))
+        if engine is not None:  # the run's folder is in its sandbox's box: the only place it may write
+            box = server.box if server is not None else sandbox.Box(_scratch_dir(), engine)
+            scratch = box.new_folder("run-")
+        else:
+            scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_dir()))
     except OSError as e:
+        forkserver.done_with(server, shared)
+        if box is not None and server is None:
+            box.remove()
         raise errors.KitError(errors.describe(e, "make a scratch folder in")) from None
     result_path = scratch / "result.json"
-    if lab.profiling is not None:  # every run of a file that profiles itself writes a trace: cfg.trace_dir
+    wanted_trace_dir = Path(trace_dir) if trace_dir is not None else None
+    if box is not None and (trace_dir is not None or lab.profiling is not None):
+        trace_dir = box.new_folder("trace-")  # written inside; moved to the caller's folder after the run
+    elif lab.profiling is not None:  # every run of a file that profiles itself writes a trace: cfg.trace_dir
         trace_dir = Path(trace_dir) if trace_dir is not None else scratch / "trace"
         trace_dir.mkdir(parents=True, exist_ok=True)
     spec = {
@@ -190,7 +218,7 @@ def run(
         "shown_as": str(shown_as.resolve()) if shown_as else None,
         "device": device,
         "batch_size": w.batch_size,
-        "seed": w.seed,
+        "seed": w.seed if seed is None else seed,
         "threads": w.threads,
         "data_dir": w.data_dir or str(paths.data_dir()),
         "params": w.params,
@@ -224,35 +252,79 @@ def run(
                     result_path=str(scratch / "result-{rank}.json"), worker_name="rank{rank}",
                     stack_path=str(scratch / "stack-{rank}.txt"), pid_path=str(scratch / "pid-{rank}"),
                     launch_path=str(scratch / "launch.json"), all_threads=False)
-    env = run_env(lab)
+    if box is not None:  # the sandbox's /tmp is its box's: caches and homes go there, fresh every run
+        env = {**env, **sandbox.RUN_ENV, "TORCHINDUCTOR_CACHE_DIR": str(box.folder("compile") / "inductor"),
+               "TRITON_CACHE_DIR": str(box.folder("compile") / "triton")}
     service = None
     try:
         if lab.storage is not None:
-            service = storage.StorageService(paths.data_dir() / lab.storage.folder, lab.storage.latency_ms).start()
+            service = storage.StorageService(paths.data_dir() / lab.storage.folder, lab.storage.latency_ms)
+            service.start(folder=scratch if box is not None else None)
             env[storage.ENV_VAR] = service.address
         outcome = _run_in(scratch, spec, file, version, env=env,
                           limit=timeout_s if timeout_s is not None else w.timeout_s, memory_mb=w.memory_mb,
                           background_allowed=w.background_workers, workdir=workdir or file.resolve().parent,
-                          output_chars=output_chars,
-                          preload=preload if preload is not None else preload_for(lab.original, file),
+                          output_chars=output_chars, server=server, box=box,
                           # A lab graded on memory: its peak, sampled from here
-                          watch=memory.Watch() if lab.leaner else None)
+                          watch=memory.Watch() if lab.leaner else None,
+                          reads=service.reads_between if service is not None else None)
         outcome.steps_asked = spec["warmup_steps"] + spec["timed_steps"] + spec["profile_steps"]
+        outcome.sandboxed = box is not None
         if service is not None:
             service.close()
             _check_storage(outcome, service.reads, w.batch_size)
+        if box is not None and wanted_trace_dir is not None:
+            _move_traces(outcome, wanted_trace_dir)
         return outcome
     finally:
         if service is not None:
             service.close()
-        shutil.rmtree(scratch, ignore_errors=True)
+        forkserver.done_with(server, shared)
+        if box is not None:
+            if server is None:
+                box.remove()
+            else:
+                box.wipe()  # nothing of this run's is left for the next: its folder, /tmp, /dev/shm
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
-def warm(lab: labs.Lab, preload: tuple[str, ...]) -> None:
-    """Inside a ``forkserver.session``: start the server the runs of ``lab`` will be forked from now,
-    so that its imports overlap what the checker does before the first run."""
+def _move_traces(outcome: Outcome, folder: Path) -> None:
+    """The traces a sandboxed run wrote in its box, moved to ``folder`` (the box is emptied after the run),
+    read and prepared here already."""
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def move(where: str | None) -> str | None:
+        if not where:
+            return where
+        source = Path(where)
+        target = folder / source.name
+        try:
+            shutil.move(str(source), str(target))
+        except OSError:
+            return where
+        return str(target)
+
+    result = outcome.result
+    if result.get("trace"):
+        result["trace"] = move(result["trace"])
+        if outcome.trace is not None:
+            outcome.trace.path = Path(result["trace"])
+    if result.get("rank_traces"):
+        result["rank_traces"] = [move(t) for t in result["rank_traces"]]
+        for trace, where in zip(outcome.rank_traces, result["rank_traces"]):
+            if trace is not None and where:
+                trace.path = Path(where)
+        if outcome.rank_traces and outcome.rank_traces[0] is not None:
+            outcome.trace = outcome.rank_traces[0]
+
+
+def warm(lab: labs.Lab, preload: tuple[str, ...], role: str) -> None:
+    """Inside a ``forkserver.session``: start the server the runs of ``lab``'s ``role`` will be forked from
+    now, so that its imports overlap what the checker does before the first run."""
     if FORK:
-        server, shared = forkserver.server_for(run_env(lab), (storage.ENV_VAR,), preload, _scratch_dir())
+        server, shared = forkserver.server_for(run_env(lab), (storage.ENV_VAR,), preload, _scratch_dir(), role,
+                                               sandbox.in_use())
         forkserver.done_with(server, shared)
 
 
@@ -333,21 +405,18 @@ _one_run_at_a_time = threading.Lock()
 def _run_in(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: dict[str, str],
             limit: float, memory_mb: float = 8192.0, background_allowed: bool = True,
             workdir: Path | None = None, output_chars: int = OUTPUT_TAIL_CHARS,
-            preload: tuple[str, ...] = (), watch: memory.Watch | None = None) -> Outcome:
+            server=None, box=None, watch: memory.Watch | None = None, reads=None) -> Outcome:
     with _one_run_at_a_time:
         return _run_alone(scratch, spec, file, version, env, limit, memory_mb, background_allowed, workdir,
-                          output_chars, preload, watch)
+                          output_chars, server, box, watch, reads)
 
 
 def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, env: dict[str, str],
                limit: float, memory_mb: float, background_allowed: bool, workdir: Path | None,
-               output_chars: int, preload: tuple[str, ...], watch: memory.Watch | None = None) -> Outcome:
+               output_chars: int, server, box, watch: memory.Watch | None = None, reads=None) -> Outcome:
     workdir = Path(workdir or os.getcwd())
     processes.become_subreaper()  # what the run starts and orphans is re-parented here, not to init
-    # Before the run's siblings are counted: the server is this process's child, not the run's.
     nproc = int(spec.get("nproc") or 0)  # a torchrun job of nproc ranks, each marking through its FIFO
-    server, shared = forkserver.server_for(env, (storage.ENV_VAR,), preload, _scratch_dir()) if FORK \
-        else (None, False)
     read_end, write_end = os.pipe()
     spec["mark_fd"] = forkserver.MARK_FD if server is not None else write_end
     marks = Marks()
@@ -359,7 +428,6 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
     except OSError as e:
         os.close(read_end)
         os.close(write_end)
-        forkserver.done_with(server, shared)
         raise errors.KitError(errors.describe(e, "write")) from None
     result_path = Path(spec["result_path"])
     out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
@@ -374,11 +442,15 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
     with out_file as out, err_file as err:
         try:
             try:
-                proc = _start(server, scratch, spec, env, workdir, out, err, write_end)
+                proc = _start(server, scratch, spec, env, workdir, out, err, write_end, box)
             finally:
                 os.close(write_end)
-            parent = server.proc.pid if isinstance(proc, forkserver.Child) else None
-            tree = child["tree"] = processes.Tree(proc.pid, others, parent=parent)
+            if isinstance(proc, forkserver.Child) and server.box is not None:  # every process of its sandbox
+                tree = sandbox.Tree(proc.pid, server.namespace, {server.init_pid, server.pid})
+            else:
+                parent = server.pid if isinstance(proc, forkserver.Child) else None
+                tree = processes.Tree(proc.pid, others, parent=parent)
+            child["tree"] = tree
             for reader in readers + ranks_read:
                 reader.start()
             if watch is not None:
@@ -419,7 +491,9 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
             for reader in readers + ranks_read:
                 if reader.ident is not None:
                     reader.join(timeout=5)
-            forkserver.done_with(server, shared)
+    reached = server.tampered() if server is not None and server.box is not None else ""
+    if reached:
+        server.kill()  # its later runs would be forked slower: the next run gets a new server (and sandbox)
     outcome = Outcome(version=version, file=file, status="", wall_s=time.perf_counter() - started,
                       returncode=proc.returncode, stdout=_tail(out_path, output_chars), stderr=_tail(err_path))
     if stopped == "timeout":
@@ -443,7 +517,7 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
             outcome.status = "crash"
             outcome.result["kind"] = "crash"
         if outcome.ok:
-            _from_outside(outcome, marks, spec, background_allowed)
+            _from_outside(outcome, marks, spec, background_allowed, reads)
         if outcome.ok and watch is not None:
             reported = outcome.result.pop("device_reserved_mb", None)
             outcome.result["memory"] = watch.figures(
@@ -453,6 +527,11 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
             _take_trace(outcome, spec.get("trace_dir"))
         if outcome.ok and spec.get("learner_profiles"):
             _take_learner_trace(outcome, Path(spec["trace_dir"]))
+    if reached:
+        outcome.status = "error"
+        outcome.result = {"kind": "tampered", "message": (
+            f"it reached outside its run: {reached}. A run may not signal, renice or reschedule the "
+            "checker's processes")}
     if tree.survivors:
         outcome.status = "error"
         outcome.result = {"kind": "left_running", "message": (
@@ -585,6 +664,8 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
                 marks.trace_sha256 = digest.decode("latin-1") if marks.trace_sha256 is None else "twice"
             elif code in ("S", "E") and "tree" in child:
                 marks.cpu[code] = _cpu_by_task(child["tree"])
+            elif code in ("C", "c"):
+                marks.busy.append(_tree_cpu_s(child["tree"]) if "tree" in child else 0.0)
             if code in ("B", "E"):
                 marks.wall.setdefault(code, time.time())
             marks.stamps.append((code, now))
@@ -629,14 +710,28 @@ def _abridge(codes: str) -> str:
     return " ".join(parts)
 
 
-def _compiling_s(marks: Marks, start: float, end: float) -> float:
-    """Seconds between ``start`` and ``end`` spent compiling (torch.compile), by the stamps."""
-    opened = marks.times("C")
-    closed = marks.times("c")
-    return sum(max(0.0, min(b, end) - max(a, start)) for a, b in zip(opened, closed))
+def _compiling_s(marks: Marks, start: float, end: float, reads=None) -> float:
+    """Seconds between ``start`` and ``end`` spent compiling (torch.compile), by the stamps, as far as the
+    checker can corroborate them from outside: the marks come from inside the run, so each interval
+    counts only as much CPU time as the whole run used during it (compiling is CPU work: a run waiting
+    on storage, a peer or a sleep is not compiling), and not at all when the lab's storage served a read
+    during it (reading data is not compiling)."""
+    opened, closed = marks.times("C"), marks.times("c")
+    busy = marks.busy if len(marks.busy) == len(opened) + len(closed) else []
+    credited = 0.0
+    for i, (a, b) in enumerate(zip(opened, closed)):
+        overlap = max(0.0, min(b, end) - max(a, start))
+        if not overlap:
+            continue
+        if reads is not None and reads(a, b):
+            continue
+        cpu = busy[2 * i + 1] - busy[2 * i] if busy else 0.0
+        credited += max(0.0, min(overlap, cpu))
+    return credited
 
 
-def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], background_allowed: bool) -> None:
+def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], background_allowed: bool,
+                  reads=None) -> None:
     """Replace the run's own timings by the checker's stamps; fail a run whose marks or clock disagree.
 
     Besides the timed window, the stamps give what the checker needs to count
@@ -670,8 +765,10 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
     r["outside_window_s"] = outside
     r["mean_step_s"] = outside / max(spec["timed_steps"], 1)
     r["span_s"] = end - begin  # from the first warm-up step to the end of the timed window
-    r["compile_s"] = _compiling_s(marks, begin, start)
-    r["first_step_s"] = max(0.0, (first_end - begin) - _compiling_s(marks, begin, first_end))
+    r["compile_s"] = _compiling_s(marks, begin, start, reads)
+    r["compile_marked_s"] = sum(max(0.0, min(b, start) - max(a, begin))
+                                for a, b in zip(marks.times("C"), marks.times("c")))
+    r["first_step_s"] = max(0.0, (first_end - begin) - _compiling_s(marks, begin, first_end, reads))
     r["counted_steps"] = spec["warmup_steps"] + spec["timed_steps"] - (1 if spec["warmup_steps"] else 0)
     profiled = [q - p for p, q in zip(marks.times("P"), marks.times("Q"))]
     r["profiled_step_s"] = sum(profiled) / len(profiled) if profiled else 0.0
@@ -774,6 +871,20 @@ def _busy_beside(marks: Marks, window_s: float) -> str:
             return (f"{what} used {busy * 1000:.0f} ms of CPU during the {window_s * 1000:.0f} ms of timed "
                     "steps (seen from outside the run)")
     return ""
+
+
+def _tree_cpu_s(tree: processes.Tree) -> float:
+    """CPU seconds used so far by every process of the run, with every thread, and the children its
+    processes have waited for (a compiler's, say), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    for pid in tree.scan():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / tick
 
 
 def _cpu_by_task(tree: processes.Tree) -> dict[str, float]:

@@ -81,13 +81,15 @@ class Child:
     for it itself.
     """
 
-    def __init__(self, server: "Server", pid: int):
+    def __init__(self, server: "Server", pid: int, ns_pid: int | None = None):
+        # ``pid`` as this process sees it; ``ns_pid`` as the server does (they differ in a sandbox)
         self.server, self.pid, self.returncode = server, pid, None
+        self.ns_pid = pid if ns_pid is None else ns_pid
         self.orphaned = False
 
     def _status(self, timeout: float) -> int | None:
         if not self.orphaned:
-            status = self.server._exit_status(self.pid, timeout)
+            status = self.server._exit_status(self.ns_pid, timeout)
             if status is not GONE:
                 return status
             self.orphaned = True
@@ -140,29 +142,46 @@ class Server:
 
     It starts importing at once; ``spawn`` waits until it is ready, so the
     imports overlap whatever the checker does before its first run.
+
+    With ``engine`` (a working ``sandbox.Engine``), the server lives in a
+    sandbox of its own (``sandbox.Box``, made in ``cwd``), and so does every
+    run forked from it: ``box`` is the sandbox's folder, where each run's
+    scratch folder goes.
     """
 
-    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = (), cwd: Path | None = None):
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = (), cwd: Path | None = None,
+                 engine=None):
+        from . import sandbox
+
         self.env, self.preload = env, tuple(preload)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = mine
         self.log = tempfile.TemporaryFile()
+        self.box = sandbox.Box(Path(cwd or tempfile.gettempdir()), engine, keep=("compile",)) \
+            if engine is not None else None
         # An empty folder to start in, and -P: no module is found in the folder the checker runs in.
-        self.home = tempfile.mkdtemp(prefix="forkserver-", dir=cwd)
+        self.home = str(self.box.folder("home")) if self.box else tempfile.mkdtemp(prefix="forkserver-", dir=cwd)
         flags = ["-P"] if sys.version_info >= (3, 11) else []
+        argv = [sys.executable, *flags, "-m", "proflab.running.forkserver", str(theirs.fileno()),
+                json.dumps(list(PRELOAD) + [m for m in self.preload if m not in PRELOAD]),
+                "sandboxed" if self.box else "plain"]
+        if self.box is not None:
+            argv = self.box.command(argv, cwd=Path(self.home))
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, *flags, "-m", "proflab.running.forkserver", str(theirs.fileno()),
-                 json.dumps(list(PRELOAD) + [m for m in self.preload if m not in PRELOAD])],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log, env=env, cwd=self.home,
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log, env=env, cwd=self.home,
                 start_new_session=True, pass_fds=(theirs.fileno(),))
         except OSError:
             mine.close()
             self.log.close()
-            os.rmdir(self.home)
+            self._remove_home()
             raise
         finally:
             theirs.close()
+        self.pid: int | None = None if self.box else self.proc.pid  # the server's own process, as seen here
+        self.namespace: str | None = None  # its PID namespace (a sandbox's)
+        self.init_pid: int | None = None  # the sandbox's first process (bubblewrap's, PID 1 inside)
+        self._as_started: tuple | None = None  # how the server was scheduled once ready (``tampered``)
         self.ready: bool | None = None  # None: still importing
         self.usable = True
         self.busy: int | None = None  # the child whose exit status is awaited
@@ -176,9 +195,47 @@ class Server:
             except ServerError:
                 hello = None
             self.ready = bool(hello and hello.get("ready") and not hello.get("cuda_driver_loaded"))
+            if self.ready and self.box is not None:
+                self.ready = self._find_in_sandbox()
+            if self.ready:
+                self._as_started = _scheduling(self.pid)
             if not self.ready:
                 self.usable = False
         return self.ready and self.usable
+
+    def _find_in_sandbox(self) -> bool:
+        """The server's PID as seen here, and its sandbox's: bubblewrap's process (``proc``) starts the
+        sandbox's first process, which starts the server."""
+        from . import sandbox
+
+        def children(pid: int) -> list[int]:
+            try:
+                return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+            except (OSError, ValueError):
+                return []
+
+        for init in children(self.proc.pid):
+            for server in children(init):
+                self.init_pid, self.pid = init, server
+                self.namespace = sandbox.namespace_of(server)
+                return self.namespace is not None
+        return False
+
+    def tampered(self) -> str:
+        """What a run did to this server, seen from outside ("" when nothing): a server stopped, killed,
+        reniced, rescheduled or pinned elsewhere forks slower runs, so it is not used again."""
+        if self.pid is None or self._as_started is None:
+            return ""
+        if self.proc.poll() is not None or not _alive(self.pid):
+            return "the server its runs are forked from was killed"
+        now = _scheduling(self.pid)
+        if now is None:
+            return "the server its runs are forked from was killed"
+        if now[0] in ("T", "t"):
+            return "the server its runs are forked from was stopped (SIGSTOP)"
+        if now[1:] != self._as_started[1:]:
+            return "the server its runs are forked from was reniced, rescheduled or moved to other cores"
+        return ""
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -200,7 +257,14 @@ class Server:
             self.usable = False
             raise ServerError(f"the run server did not start the run: {self._log_tail() or 'no answer'}")
         self.busy = answer["pid"]
-        return Child(self, answer["pid"])
+        if self.box is None:
+            return Child(self, answer["pid"])
+        from . import sandbox
+
+        seen = sandbox.host_pid(self.pid, answer["pid"])
+        if seen is None:  # gone already (it may have exited at once): its status still comes from the server
+            seen = -1
+        return Child(self, seen, answer["pid"])
 
     def _exit_status(self, pid: int, timeout: float):
         """The child's exit status once the server reports it (None before); ``GONE`` when the server is
@@ -273,18 +337,44 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+        self._remove_home()
+
+    def _remove_home(self) -> None:
+        if self.box is not None:
+            self.box.remove()
+            return
         try:
             os.rmdir(self.home)
         except OSError:
             pass
 
 
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _scheduling(pid: int | None) -> tuple | None:
+    """(state, nice, policy, cores) of a process, from /proc; None when it is gone."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cores = tuple(sorted(os.sched_getaffinity(pid)))
+    except (OSError, IndexError):
+        return None
+    return fields[0], fields[16], fields[38], cores
+
+
 _lock = threading.Lock()
 _sessions: list[dict[str, Server]] = []
 
 
-def _key(env: dict[str, str], leave_out: tuple[str, ...], preload: tuple[str, ...]) -> str:
-    return json.dumps([sorted((k, v) for k, v in env.items() if k not in leave_out), sorted(preload)])
+def _key(env: dict[str, str], leave_out: tuple[str, ...], preload: tuple[str, ...], role: str) -> str:
+    return json.dumps([sorted((k, v) for k, v in env.items() if k not in leave_out), sorted(preload), role])
 
 
 @contextmanager
@@ -307,14 +397,18 @@ def session():
 
 
 def server_for(env: dict[str, str], leave_out: tuple[str, ...] = (), preload: tuple[str, ...] = (),
-               cwd: Path | None = None) -> tuple[Server | None, bool]:
+               cwd: Path | None = None, role: str = "", engine=None) -> tuple[Server | None, bool]:
     """A server for a run with ``env`` (the keys in ``leave_out`` may differ between runs) that imports
     ``preload``, and whether it is the session's (then ``release`` it after the run; False: one for this
     run only, to be closed after it); (None, False) when it cannot be started. A session's server serves
     one run at a time: a run in another thread meanwhile gets one of its own. Inside a session, a call
     before the first run starts the server's imports early. ``cwd``: where the server makes the empty
-    folder it starts in."""
-    key = _key(env, leave_out, preload)
+    folder it starts in (or its sandbox's folder).
+
+    ``role``: whose runs it forks (a file's path): servers of two roles are never shared, so the runs
+    of one file never fork from the server of another. ``engine``: the sandbox engine; the server,
+    and every run it forks, then live in a sandbox of the server's own."""
+    key = _key(env, leave_out, preload, role)
     with _lock:
         servers = _sessions[-1] if _sessions else None
         server = servers.get(key) if servers is not None else None
@@ -328,7 +422,7 @@ def server_for(env: dict[str, str], leave_out: tuple[str, ...] = (), preload: tu
             del servers[key]
     base = {k: v for k, v in env.items() if k not in leave_out}
     try:
-        server = Server(base, preload, cwd)
+        server = Server(base, preload, cwd, engine)
     except (ServerError, OSError):
         return None, False
     with _lock:
@@ -337,6 +431,17 @@ def server_for(env: dict[str, str], leave_out: tuple[str, ...] = (), preload: tu
             servers[key] = server
             return server, True
     return server, False
+
+
+def retire(role: str) -> None:
+    """Close the session's servers of ``role`` (a file whose check has ended): a class of two hundred
+    does not keep two hundred servers, nor their sandboxes."""
+    with _lock:
+        servers = _sessions[-1] if _sessions else {}
+        gone = [key for key, server in servers.items() if json.loads(key)[2] == role and not server.taken]
+        closing = [servers.pop(key) for key in gone]
+    for server in closing:
+        server.close()
 
 
 def done_with(server: Server | None, shared: bool) -> None:
@@ -352,7 +457,7 @@ def done_with(server: Server | None, shared: bool) -> None:
 # ---------------------------------------------------------------- in the server
 
 
-def _serve(fd: int, preload: list[str]) -> None:
+def _serve(fd: int, preload: list[str], sandboxed: bool = False) -> None:
     _prctl(PR_SET_DUMPABLE, 0)
     sock = socket.socket(fileno=fd)
     import importlib
@@ -397,10 +502,36 @@ def _serve(fd: int, preload: list[str]) -> None:
             except ChildProcessError:
                 status = 0
                 break
+        if sandboxed:  # nothing of this run's is left for the next: its System V objects go too
+            _clear_sysv_ipc()
         try:
             sock.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
         except OSError:
             return
+
+
+def _clear_sysv_ipc() -> None:
+    """Remove every System V shared memory segment, semaphore set and message queue of the sandbox
+    (its own IPC namespace: none of them is the machine's)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+    ipc_rmid = 0
+    for table, remove in (("shm", lambda i: libc.shmctl(i, ipc_rmid, None)),
+                          ("sem", lambda i: libc.semctl(i, 0, ipc_rmid)),
+                          ("msg", lambda i: libc.msgctl(i, ipc_rmid, None))):
+        try:
+            rows = Path(f"/proc/sysvipc/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            try:
+                remove(int(row.split()[1]))
+            except (ValueError, IndexError):
+                pass
 
 
 def _cuda_driver_loaded() -> bool:
@@ -461,4 +592,4 @@ def _max_fd() -> int:
 
 
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]), json.loads(sys.argv[2]))
+    _serve(int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3:4] == ["sandboxed"])

@@ -294,6 +294,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         _watch_compiling(mark)
     if spec.get("preimport"):
         _preimport()
+    from .. import labkit
+
+    labkit.set_round(spec.get("seed") or 0)  # this round's inputs: the lab kit's weights are drawn from them
     mark(b"B")  # from here on, all is the lab file's: its import counts as part of its first step
     module = _import(path, spec.get("shown_as"))
     pipeline = getattr(module, "pipeline", None)

@@ -147,17 +147,21 @@ class StorageService:
             raise RuntimeError("the storage service has not been started")
         return self._address
 
-    def start(self) -> StorageService:
-        """Bind the socket and serve in a background thread; returns ``self``."""
+    def start(self, folder: str | os.PathLike | None = None) -> StorageService:
+        """Bind the socket (in a new folder inside ``folder``, default /tmp) and serve in a background
+        thread; returns ``self``. A sandboxed run reaches it in its own folder."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("a closed storage service cannot be started again")
             if self._server is not None:
                 return self
-            self._dir = tempfile.mkdtemp(prefix="proflab-", dir="/tmp")
+            self._dir = tempfile.mkdtemp(prefix="proflab-", dir=str(folder) if folder is not None else "/tmp")
             address = os.path.join(self._dir, "storage.sock")
             try:
                 server = _Server(address, _Handler)
+                if folder is not None:  # the sandbox's user may be another: it must reach the socket
+                    os.chmod(self._dir, 0o755)
+                    os.chmod(address, 0o777)
             except BaseException:
                 shutil.rmtree(self._dir, ignore_errors=True)
                 raise
@@ -206,6 +210,11 @@ class StorageService:
         """Every read served so far, in the order they finished (a copy)."""
         with self._lock:
             return list(self._reads)
+
+    def reads_between(self, start: float, end: float) -> bool:
+        """Whether a read was being served at any time between ``start`` and ``end`` (perf_counter)."""
+        with self._lock:
+            return any(r.started < end and r.finished > start for r in self._reads)
 
     @property
     def max_in_flight(self) -> int:

@@ -1,0 +1,334 @@
+"""Where a lab file's runs are isolated: a bubblewrap sandbox per version and per check.
+
+A learner's file is untrusted code, and Python has no boundary inside a
+process. The boundary is the operating system's: every run of a file is
+forked from a fork server that lives inside a sandbox made by bubblewrap
+(``bwrap``, Debian's ``bubblewrap``, the engine under Flatpak), one sandbox per
+file and per check. Inside it:
+
+* the whole file system read-only: the kit, its virtual environment,
+  ``labs/`` and ``data/``; the kit's state folder (``.proflab/``) and
+  ``runs/`` hidden behind empty folders;
+* writable only the sandbox's own folder (its *box*), bound at the same path
+  as outside: each run's scratch folder (its spec, result and trace), and the
+  box's ``tmp`` and ``shm``, seen as ``/tmp`` and ``/dev/shm``. The checker
+  empties all of it after every run, once it has read what it needs;
+* its own PID, IPC, network (loopback only), UTS and cgroup namespaces: a run
+  sees no process outside its sandbox (the checker, the other version's
+  server, other checks' runs), so it can signal none of them;
+* its own user namespace, as ``nobody`` inside; when the kit runs as root,
+  the sandbox is started as ``nobody`` outside too (``setpriv``), so what it
+  writes is a nobody's files, and it holds no capability anywhere;
+* ``--die-with-parent``: the sandbox ends with the checker, however it ends.
+
+A run can still signal its own sandbox's server (same user, same PID
+namespace): the checker looks at the server after every run and replaces a
+server that a run stopped, killed, reniced or rescheduled, and fails that run.
+It never reaches the server of the other version, whose runs are timed
+against it.
+
+Where the engine cannot run (not Linux, no ``bwrap``, user namespaces
+disabled), runs are forked as before, unsandboxed: ``proflab check`` says so
+once, ``proflab grade`` and ``proflab gate`` refuse without ``--unsandboxed``,
+and every record says which it was.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import paths
+from . import processes
+
+NOBODY = 65534  # the user a sandbox runs as, inside (and outside, when the kit runs as root)
+ENGINE_ENV = "PROFLAB_BWRAP"  # the engine's path (default: bwrap on PATH); a path that does not exist: none
+PROBE_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Whether runs are sandboxed on this machine, and if not, why not."""
+
+    ok: bool
+    why: str = ""  # when not ok: a sentence for the learner
+    bwrap: str = ""
+    version: str = ""
+    as_root: bool = False  # started as root (nobody cannot read this Python), not as nobody
+
+    def describe(self) -> str:
+        if not self.ok:
+            return f"unsandboxed: {self.why}"
+        who = "nobody inside and outside" if os.geteuid() == 0 and not self.as_root else \
+            ("nobody inside; root outside, with no capability (nobody cannot read this Python)"
+             if self.as_root else "nobody inside; your own user outside")
+        return f"sandboxed by bubblewrap {self.version} ({self.bwrap}): {who}"
+
+    def prefix(self) -> list[str]:
+        """What starts the engine as ``nobody`` when this process is root; empty otherwise."""
+        if os.geteuid() != 0 or self.as_root:
+            return []
+        setpriv = shutil.which("setpriv")
+        return [setpriv, "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"] if setpriv else []
+
+    @property
+    def owner(self) -> int | None:
+        """The user the box's folders must belong to (None: this process's own)."""
+        return NOBODY if os.geteuid() == 0 and not self.as_root else None
+
+
+@functools.lru_cache(maxsize=1)
+def engine() -> Engine:
+    """The sandbox engine, tried once per process: a real sandbox that runs this Python and imports the kit.
+
+    As root, the sandbox is started as ``nobody``; where ``nobody`` cannot
+    read this Python (an interpreter under ``/root``), it is started as root
+    instead: still ``nobody`` inside, with no capability anywhere, its own
+    namespaces, and every mount read-only but its box (``Engine.as_root``).
+    """
+    if not sys.platform.startswith("linux"):
+        return Engine(False, f"the sandbox engine (bubblewrap) needs Linux; this is {sys.platform}")
+    given = os.environ.get(ENGINE_ENV)
+    bwrap = given if given is not None else shutil.which("bwrap")
+    if not bwrap or not os.access(bwrap, os.X_OK):
+        return Engine(False, "bubblewrap is not installed (Debian, Ubuntu: `sudo apt-get install bubblewrap`; "
+                             "Fedora: `sudo dnf install bubblewrap`)")
+    try:
+        version = subprocess.run([bwrap, "--version"], capture_output=True, text=True,
+                                 timeout=PROBE_TIMEOUT_S).stdout.split()[-1:]
+    except (OSError, subprocess.SubprocessError):
+        version = []
+    version_text = version[0] if version else "?"
+    said = ""
+    for as_root in ((False, True) if os.geteuid() == 0 else (False,)):
+        found = Engine(True, bwrap=bwrap, version=version_text, as_root=as_root)
+        if os.geteuid() == 0 and not as_root and not found.prefix():
+            continue  # no setpriv: root it is
+        box = None
+        try:
+            box = Box(Path(tempfile.gettempdir()), found)
+            probe = subprocess.run(box.command([sys.executable, "-c", "import proflab.running.runner"],
+                                               cwd=box.root),
+                                   capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                                   stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError) as e:
+            said = str(e)
+            continue
+        finally:
+            if box is not None:
+                box.remove()
+        if probe.returncode == 0:
+            return found
+        said = (probe.stderr.strip().splitlines() or ["no message"])[-1][:300]
+    if "namespace" in said or "Operation not permitted" in said or "uid map" in said:
+        said += " (user namespaces are disabled on this machine: sysctl kernel.unprivileged_userns_clone=1, " \
+                "or user.max_user_namespaces > 0)"
+    return Engine(False, f"bubblewrap could not start a sandbox here: {said}", bwrap)
+
+
+# Set by a command's --unsandboxed (grade, gate) once its user has accepted unsandboxed runs.
+_allowed_without = False
+
+
+def allow_unsandboxed() -> None:
+    global _allowed_without
+    _allowed_without = True
+
+
+def unsandboxed_allowed() -> bool:
+    return _allowed_without
+
+
+def _hidden() -> list[Path]:
+    """Folders a run must not read, hidden behind empty ones: the kit's state (other runs' boxes, the
+    check's workspace, progress) and the published traces."""
+    return [paths.state_dir(), paths.runs_dir()]
+
+
+def _device_nodes() -> list[str]:
+    """The GPU's device files, for a sandbox's /dev (CUDA needs them)."""
+    try:
+        names = sorted(os.listdir("/dev"))
+    except OSError:
+        return []
+    return [f"/dev/{n}" for n in names if n.startswith("nvidia")] + \
+        [f"/dev/{n}" for n in ("dri",) if n in names]
+
+
+class Box:
+    """One sandbox's folder, and the bubblewrap command line that starts a process in that sandbox.
+
+    ``root`` is bound read-write at the same path inside; ``root/tmp`` and
+    ``root/shm`` are the sandbox's ``/tmp`` and ``/dev/shm``. ``wipe`` empties
+    all of it but the folders that stay (``keep``).
+    """
+
+    def __init__(self, parent: Path, engine_: Engine, keep: tuple[str, ...] = ()):
+        self.engine = engine_
+        self.root = Path(tempfile.mkdtemp(prefix="box-", dir=parent)).resolve()
+        self.keep = ("tmp", "shm", *keep)
+        for name in self.keep:
+            self.folder(name)
+        self._own(self.root)
+
+    def _own(self, path: Path) -> None:
+        """A folder the sandbox's user can write: its own when the sandbox runs as nobody."""
+        if self.engine.owner is not None:
+            os.chown(path, self.engine.owner, self.engine.owner)
+        os.chmod(path, 0o755)
+
+    def folder(self, name: str) -> Path:
+        """A folder of the box (made if missing), writable inside the sandbox."""
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=True)
+        self._own(path)
+        return path
+
+    def new_folder(self, prefix: str) -> Path:
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.root))
+        self._own(path)
+        return path
+
+    def command(self, argv: list[str], cwd: Path) -> list[str]:
+        bind = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        for node in _device_nodes():
+            bind += ["--dev-bind-try", node, node]
+        for hidden in _hidden():
+            if hidden.is_dir() and not _inside(self.root, hidden):
+                bind += ["--tmpfs", str(hidden)]
+        # /tmp first: a box under /tmp (a kit in a temporary folder) is then bound inside the sandbox's own
+        # /tmp, its mount point made there (``wipe`` keeps that path)
+        bind += ["--bind", str(self.root / "tmp"), "/tmp",
+                 "--bind", str(self.root / "shm"), "/dev/shm",
+                 "--bind", str(self.root), str(self.root)]
+        return [*self.engine.prefix(), self.engine.bwrap, *bind,
+                "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+                "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "proflab-run",
+                "--die-with-parent", "--new-session", "--chdir", str(cwd), "--", *argv]
+
+    def wipe(self) -> None:
+        """Empty the box: every run's folder, and everything in /tmp and /dev/shm (the folders stay)."""
+        for entry in list(self.root.iterdir()):
+            if entry.name in self.keep and entry.is_dir() and not entry.is_symlink():
+                if entry.name == "tmp":
+                    _empty(entry, _under("/tmp", self.root))
+                elif entry.name == "shm":
+                    _empty(entry)
+                continue
+            _remove(entry)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _under(top: str, path: Path) -> tuple[str, ...]:
+    """The parts of ``path`` below ``top`` (empty when it is not below it)."""
+    try:
+        return Path(path).relative_to(top).parts
+    except ValueError:
+        return ()
+
+
+def _empty(folder: Path, keep: tuple[str, ...] = ()) -> None:
+    """Remove everything in ``folder`` but the path ``keep`` (the folders down to a mount point)."""
+    for entry in list(folder.iterdir()):
+        if keep and entry.name == keep[0] and entry.is_dir() and not entry.is_symlink():
+            if len(keep) > 1:
+                _empty(entry, keep[1:])
+            continue
+        _remove(entry)
+
+
+def _remove(entry: Path) -> None:
+    try:
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def namespace_of(pid: int) -> str | None:
+    """The PID namespace a process is in (``pid:[inode]``), or None when it is gone."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def host_pid(parent: int, ns_pid: int) -> int | None:
+    """The PID, as this process sees it, of the child of ``parent`` whose PID is ``ns_pid`` in its sandbox."""
+    try:
+        children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    except OSError:
+        children = []
+    for child in children:
+        try:
+            for line in Path(f"/proc/{child}/status").read_text().splitlines():
+                if line.startswith("NSpid:") and int(line.split()[-1]) == ns_pid:
+                    return int(child)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def members(namespace: str, leave_out: set[int]) -> list[int]:
+    """Every live process in PID namespace ``namespace`` but ``leave_out`` (the sandbox's init, its server)."""
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if entry.isdigit() and int(entry) not in leave_out and namespace_of(int(entry)) == namespace:
+            try:
+                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state not in ("Z", "X"):
+                found.append(int(entry))
+    return found
+
+
+# What a sandboxed run's environment points at its own /tmp (the box's, emptied after every run).
+RUN_ENV = {"HOME": "/tmp", "TMPDIR": "/tmp", "XDG_CACHE_HOME": "/tmp/.cache", "MPLCONFIGDIR": "/tmp/.matplotlib"}
+
+
+def in_use() -> Engine | None:
+    """The engine every run is sandboxed by, or None where runs go unsandboxed (``engine().why`` says why)."""
+    found = engine()
+    return found if found.ok else None
+
+
+class Tree(processes.Tree):
+    """The processes of a run forked in a sandbox: every process of the sandbox but its first (bubblewrap's)
+    and its server, wherever they moved (an orphan is re-parented inside the sandbox, not here)."""
+
+    def __init__(self, root: int, namespace: str | None, leave_out: set[int | None]):
+        super().__init__(root, set(), parent=None)
+        self.namespace = namespace
+        self.leave_out = {p for p in leave_out if p is not None}
+
+    def scan(self) -> list[int]:
+        found = members(self.namespace, self.leave_out) if self.namespace else []
+        with self._lock:
+            for pid in found:
+                info = processes.stat(pid)
+                if info is not None:
+                    self.seen[pid] = info[3]
+        return sorted(found, key=lambda pid: pid != self.root)
