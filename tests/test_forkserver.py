@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from proflab.grading import checks
-from proflab.running import execute, forkserver
+from proflab.running import execute, forkserver, sandbox
 from proflab import labs
 
 CALIBRATION = Path(__file__).resolve().parent / "calibration"
@@ -38,6 +38,7 @@ def pipeline(cfg):
              "cwd": os.getcwd(), "argv0": sys.argv[0], "path0": sys.path[0], "file": __file__,
              "env": os.environ.get("PROBE_SET"), "mark": os.environ.get("PROFLAB_TEST_MARK"),
              "left": getattr(torch, "_probe_left", None), "fds": fds,
+             "pidns": os.readlink("/proc/self/ns/pid"),
              "torch_preloaded": True}
     print("FACTS " + json.dumps(facts), flush=True)
     torch._probe_left = "by the run before"
@@ -84,7 +85,7 @@ def test_each_forked_run_is_a_fresh_process_for_its_file(lab, tmp_path):
         # Its streams are the run's files, the marks its pipe: no end of the server's socket is open.
         assert not [link for link in seen["fds"].values() if link.startswith("socket:")], seen["fds"]
         assert seen["fds"]["3"].startswith("pipe:")
-    assert first["ppid"] == second["ppid"]  # one server for the session
+    assert (first["ppid"], first["pidns"]) == (second["ppid"], second["pidns"])  # one server for the session
     assert first["pid"] != second["pid"]
     assert (first["cwd"], first["path0"]) == (str(elsewhere), str(elsewhere))
     assert (second["cwd"], second["path0"]) == (str(lab.folder), str(lab.folder))
@@ -96,7 +97,7 @@ def test_each_forked_run_is_a_fresh_process_for_its_file(lab, tmp_path):
 def test_outside_a_session_each_run_has_a_server_of_its_own(lab):
     file = probe(lab)
     one, two = (facts(execute.run(lab, file, "probe")) for _ in range(2))
-    assert one["ppid"] != two["ppid"] and os.getpid() not in (one["ppid"], two["ppid"])
+    assert (one["ppid"], one["pidns"]) != (two["ppid"], two["pidns"]) and os.getpid() not in (one["ppid"], two["ppid"])
 
 
 def test_a_run_that_kills_its_server_only_costs_the_next_run_a_new_one(lab):
@@ -104,10 +105,13 @@ def test_a_run_that_kills_its_server_only_costs_the_next_run_a_new_one(lab):
     killer = probe(lab, "import signal, time; os.kill(os.getppid(), signal.SIGKILL); time.sleep(1.5)",
                    "killer.py")
     with forkserver.session():
-        killed = facts(execute.run(lab, killer, "killer"))  # its result is read from its file, as ever
-        after = facts(execute.run(lab, probe(lab), "probe"))
-    assert after["ppid"] != killed["ppid"]
-    assert after["left"] is None
+        killed = execute.run(lab, killer, "killer")
+        before = facts(execute.run(lab, probe(lab), "probe"))  # a new server: the first was killed
+    if sandbox.in_use():  # the run reached its own sandbox's server: seen from outside, and failed for it
+        assert killed.result["kind"] == "tampered" and "killed" in killed.result["message"], killed.result
+    else:
+        assert killed.ok  # its result is read from its file, as ever
+    assert before["left"] is None
 
 
 def test_a_run_that_stops_its_server_is_stopped_and_the_server_replaced(lab):
@@ -115,7 +119,10 @@ def test_a_run_that_stops_its_server_is_stopped_and_the_server_replaced(lab):
     with forkserver.session():
         stopped = execute.run(lab, stopper, "stopper", timeout_s=4)
         after = facts(execute.run(lab, probe(lab), "probe"))
-    assert stopped.status == "timeout"  # its exit was never reported: it is not graded as a run that ended
+    if sandbox.in_use():  # seen from outside: the run stopped its server, and failed for it
+        assert stopped.result["kind"] == "tampered" and "stopped" in stopped.result["message"], stopped.result
+    else:
+        assert stopped.status == "timeout"  # its exit was never reported: it is not graded as a run that ended
     assert after["left"] is None
     # (the test's leak check then finds no process left: the stopped server was killed)
 
@@ -127,8 +134,11 @@ def test_where_no_server_starts_runs_are_fresh_processes(lab, monkeypatch):
     monkeypatch.setattr(forkserver, "Server", refuse)
     with forkserver.session():
         seen = facts(execute.run(lab, probe(lab), "probe"))
-    assert seen["ppid"] == os.getpid()
-    assert seen["sid"] == seen["pid"]
+    if sandbox.in_use():  # a fresh process in a sandbox of its own (the sandbox's session, its PID namespace)
+        assert seen["pidns"] != os.readlink("/proc/self/ns/pid") and seen["ppid"] == 1
+    else:
+        assert seen["ppid"] == os.getpid()
+        assert seen["sid"] == seen["pid"]
 
 
 @pytest.fixture
@@ -151,7 +161,7 @@ def test_a_check_imports_torch_once_for_all_its_runs(lab, monkeypatch, tmp_path,
     report = checks.check(lab, lab.folder / "scheduled.py", audited=False)
     assert report.verdict == "passed", report.as_dict()
     assert report.comparison["rounds"] >= 2
-    assert len(started) == 1  # four runs and more, one server
+    assert len(started) == 2  # four runs and more, one server for each version (each in its own sandbox)
 
 
 def test_the_server_imports_what_the_lab_files_import(lab):
@@ -163,7 +173,7 @@ def test_the_server_imports_what_the_lab_files_import(lab):
     assert not [name for name in preload if name.split(".")[0] not in ("torch", "torchvision", "proflab")]
 
 
-def test_a_grading_imports_torch_once_per_lab_for_the_whole_class(lab, tmp_path, started):
+def test_a_grading_starts_two_servers_per_submission_and_no_more(lab, tmp_path, started):
     from proflab.grading import grade
 
     faster = (CALIBRATION / "original.py").read_text().replace("cfg.step_ms / 1000", "cfg.step_ms / 2000")
@@ -172,7 +182,9 @@ def test_a_grading_imports_torch_once_per_lab_for_the_whole_class(lab, tmp_path,
         (tmp_path / "class" / learner / "calibration.py").write_text(faster)
     result = grade.grade(grade.find(tmp_path / "class", lab, [lab]), rounds=2)
     assert [g.report.verdict for g in result.graded] == ["passed", "passed"], [g.report.as_dict() for g in result.graded]
-    assert len(started) == 1
+    # A submission's runs never fork from a server another submission's runs could reach: its own, and its
+    # original's, each in a sandbox of its own, closed when its check ends.
+    assert len(started) == 4
 
 
 def test_runs_asked_for_in_two_threads_at_once_run_one_after_the_other(lab):
@@ -202,7 +214,7 @@ def test_a_server_whose_checker_is_killed_exits(lab):
 
     script = ("import sys, time\nfrom proflab import labs\nfrom proflab.running import execute, forkserver\n"
               "lab = labs.load(sys.argv[1])\nwith forkserver.session():\n"
-              "    execute.warm(lab, ('torch',))\n    print('started', flush=True)\n    time.sleep(120)\n")
+              "    execute.warm(lab, ('torch',), 'probe', lab.original, lab.folder)\n    print('started', flush=True)\n    time.sleep(120)\n")
     checker = subprocess.Popen([sys.executable, "-c", script, str(lab.folder)], stdout=subprocess.PIPE, text=True)
     assert checker.stdout.readline().strip() == "started"
 

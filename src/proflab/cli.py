@@ -33,7 +33,7 @@ from rich.table import Table
 
 from . import __version__, atomic, errors, labs, paths, progress
 from .grading import checks
-from .running import execute, processes
+from .running import execute, processes, sandbox
 from .reporting import report, summaries
 from .viewing import tensorboard
 from .measuring import traces
@@ -306,6 +306,7 @@ def cmd_check(args) -> int:
             raise UsageError(f"lab {lab.number}'s rounds and time limits are your settings' own: set rounds, "
                              f"max_rounds and budget_s in {file.name}")
         doing = f"Running the gate of lab {lab.gating.lab}'s fix with {file.name}…"
+    _say_unsandboxed()
     with _status(doing, enabled=True) as update:
         result = checks.check(lab, file, label=label, device=args.device, rounds=args.rounds,
                               timeout_s=args.timeout, on_progress=update, audited=_audited())
@@ -535,10 +536,57 @@ def cmd_data(args) -> int:
     return 0 if all(item.ok for item in done) else 3
 
 
+def _say_unsandboxed() -> None:
+    """Said once, before a check whose runs go unsandboxed: its grade rests on the file keeping to itself."""
+    engine = sandbox.engine()
+    if not engine.ok:
+        err.print(f"[yellow]note:[/] this grade is unsandboxed: {escape(engine.why)}. Your file runs with your "
+                  "own rights; `proflab doctor` says more.")
+
+
+def _refuse_unsandboxed(args, command: str) -> None:
+    """grade and gate: a verdict others rely on needs the sandbox, or the user's say-so (--unsandboxed)."""
+    engine = sandbox.engine()
+    if engine.ok:
+        return
+    if not args.unsandboxed:
+        raise UsageError(f"runs cannot be sandboxed on this machine ({engine.why}). `proflab {command}` runs "
+                         "other people's code: install bubblewrap, or accept unsandboxed runs with "
+                         "--unsandboxed (the records then say so)")
+    sandbox.allow_unsandboxed()
+    err.print(f"[yellow]note:[/] runs are unsandboxed ({escape(engine.why)}); every record says so.")
+
+
+def cmd_doctor(args) -> int:
+    """What this machine gives the kit: the sandbox, torch, the device."""
+    engine = sandbox.engine()
+    rows = [("sandbox", engine.describe())]
+    try:
+        import torch
+
+        rows.append(("torch", torch.__version__))
+        rows.append(("device", f"cuda ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else
+                     "cpu (no CUDA device)"))
+    except Exception as e:  # noqa: BLE001 - a broken torch is what the doctor is for
+        rows.append(("torch", f"cannot be imported: {type(e).__name__}: {e}"))
+    rows.append(("cores", str(os.cpu_count())))
+    if args.json:
+        import json
+
+        print(json.dumps({"sandboxed": engine.ok, **dict(rows)}, indent=2))
+    else:
+        for name, value in rows:
+            out.print(f"[bold]{name:<8}[/] {escape(value)}")
+        if not engine.ok:
+            out.print("[yellow]Checks run unsandboxed here; `proflab grade` and `proflab gate` need --unsandboxed.[/]")
+    return 0 if engine.ok else 1
+
+
 def cmd_grade(args) -> int:
     from .grading import grade
     from .reporting import grade_formats
 
+    _refuse_unsandboxed(args, "grade")
     try:
         known = labs.discover()
         only = labs.resolve(args.lab, known) if args.lab else None
@@ -626,6 +674,8 @@ def cmd_gate(args) -> int:
     from .reporting import gate_report
     from .running import revision
 
+    if not args.init_ci:
+        _refuse_unsandboxed(args, "gate")
     if args.init_ci:
         try:  # CI reads its job files at the repository's top, wherever the command is run from
             top = Path(revision._git(["rev-parse", "--show-toplevel"], Path.cwd()))
@@ -807,6 +857,8 @@ def build_parser() -> argparse.ArgumentParser:
     again.add_argument("--restart", action="store_true",
                        help="grade everything again, discarding an interrupted grading's verdicts")
     sp.add_argument("--rounds", type=_rounds, default=None, help="paired rounds of runs (default: the lab's)")
+    sp.add_argument("--unsandboxed", action="store_true", help="grade even where runs cannot be sandboxed "
+                    "(no bubblewrap, no user namespaces); the records say so")
     device(sp)
     sp.set_defaults(func=cmd_grade)
 
@@ -846,8 +898,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "request against its base branch, then stop")
     sp.add_argument("--kit", default="proflab", metavar="REQUIREMENT", help="with --init-ci: how the job installs "
                     "the kit (a pip requirement, like 'proflab @ git+https://host/proflab.git')")
+    sp.add_argument("--unsandboxed", action="store_true", help="gate even where runs cannot be sandboxed; "
+                    "the reports say so")
     device(sp)
     sp.set_defaults(func=cmd_gate)
+
+    sp = sub.add_parser("doctor", help="what this machine gives the kit: whether runs are sandboxed (and why "
+                        "not), torch, the device")
+    sp.add_argument("--json", action="store_true", help="print it as JSON")
+    sp.set_defaults(func=cmd_doctor)
 
     sp = sub.add_parser("quickstart", help="prepare data, then profile and grade lab 1's reference fix")
     device(sp)

@@ -31,7 +31,7 @@ from typing import Any, Callable
 from ..measuring import breakdown, evidence, stats, traces
 from . import compare
 from .. import errors, labs, paths
-from ..running import execute, forkserver
+from ..running import execute, forkserver, sandbox
 from ..labs import format_value
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -152,6 +152,10 @@ class Report(Verdict):
     rank_trace_sha256: dict[str, list[str]] = field(default_factory=dict)
     file_sha256: str = ""  # of the copy of the learner's file taken when the check started: what was graded
     audited: bool = True  # False only when the source audit was turned off (the kit's own tests)
+    # Whether every run was in a sandbox of the engine's, and which (``sandbox.Engine.describe``): an
+    # unsandboxed grade rests on the learner's file keeping to itself
+    sandboxed: bool = False
+    sandbox: str = ""
     refused: list[dict[str, Any]] = field(default_factory=list)  # what the source audit refused, line by line
     runs_dir: str = ""
     output: str = ""
@@ -309,9 +313,10 @@ def check(
 
         return gate_lab.check(lab, file, label, device, on_progress)
     started = time.perf_counter()
+    engine = sandbox.engine()
     report = Report(lab=lab.name, number=lab.number, title=lab.title, file=str(file), label=label,
                     checks=[Check(*c) for c in checks_of(lab)], runs_dir=str(paths.runs_dir() / lab.slug),
-                    audited=audited)
+                    audited=audited, sandboxed=engine.ok, sandbox=engine.describe())
     rounds = rounds or lab.workload.rounds
     timeout = timeout_s or lab.workload.timeout_s
     try:
@@ -328,15 +333,18 @@ def check(
                     # Each version's runs are forked from a server of its own, in a sandbox of its own:
                     # the learner's runs never reach the original's. Both start importing now, while the
                     # data are verified and the file audited.
-                    execute.warm(lab, preload, original_role(lab))
-                    execute.warm(lab, preload, str(learner))
+                    workdir = workdir or Path(file).resolve().parent
+                    original = _original_copy(lab, work)
+                    execute.warm(lab, preload, str(original), original, lab.folder)
+                    execute.warm(lab, preload, str(learner), learner, workdir)
                     try:
                         data = prepare_data(lab)
                         _grade(lab, learner, label, device, rounds, timeout, report, on_progress,
-                               workdir=workdir or Path(file).resolve().parent, work=work, shown_as=Path(file),
-                               data=data, preload=preload)
+                               workdir=workdir, work=work, shown_as=Path(file), data=data, preload=preload,
+                               original=original)
                     finally:
                         forkserver.retire(str(learner))
+                        forkserver.retire(str(original))
             finally:
                 _publish_traces(lab, label, report)
                 name_the_file(report, learner, Path(file))
@@ -346,11 +354,6 @@ def check(
     finally:
         report.duration_s = time.perf_counter() - started
     return report
-
-
-def original_role(lab: labs.Lab) -> str:
-    """Whose server forks a lab's original: one per lab, never a learner's file's."""
-    return f"original:{lab.slug}"
 
 
 def round_seed() -> int:
@@ -459,15 +462,20 @@ def name_the_file(report: Report, snapshot_path: Path, file: Path) -> None:
             c.details = [line.replace(where, str(file)) for line in c.details]
 
 
-def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progress: Progress, *,
-           workdir: Path, work: Path, shown_as: Path, data: Path | None = None,
-           preload: tuple[str, ...] | None = None) -> None:
-    runs, same, proof, faster = (report.check(n) for n, *_ in CHECKS)
+def _original_copy(lab: labs.Lab, work: Path) -> Path:
+    """The check's copy of the lab's original, taken before anything runs."""
     try:
-        original = snapshot(lab.original, work / "original")
+        return snapshot(lab.original, work / "original")
     except OSError as e:
         raise NotGraded(f"the lab's original {paths.display(lab.original)} cannot be read ({e.strerror or e})") \
             from None
+
+
+def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progress: Progress, *,
+           workdir: Path, work: Path, shown_as: Path, data: Path | None = None,
+           preload: tuple[str, ...] | None = None, original: Path | None = None) -> None:
+    runs, same, proof, faster = (report.check(n) for n, *_ in CHECKS)
+    original = original or _original_copy(lab, work)
     data_print = fingerprint(data)
     if labs.sha256(original) != lab.original_sha256:
         report.verdict = "error"
@@ -510,7 +518,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                                   # grows with the steps, and each round must compare the same)
                                   steps=None if first or lab.leaner else {"profile_steps": 0},
                                   preload=preload, seed=seeds.setdefault(round_no, round_seed()),
-                                  role=original_role(lab) if which == "original" else str(file))
+                                  role=str(original) if which == "original" else str(file))
         except errors.KitError as e:
             raise NotGraded(str(e)) from None
         if outcome.status == "kit":

@@ -150,8 +150,10 @@ def run(s: Settings, on_progress: Progress = lambda message: None) -> GateReport
             try:
                 with forkserver.session():
                     preload = execute.preload_for(gate.baseline, gate.candidate)
-                    for file in (gate.baseline, gate.candidate):  # each in a sandbox of its own
-                        execute.warm(gate.lab, preload, str(file))
+                    # each in a sandbox of its own
+                    execute.warm(gate.lab, preload, str(gate.baseline), gate.baseline, gate.baseline_workdir,
+                                 gate.tree.import_paths(sys.path) if gate.tree else None)
+                    execute.warm(gate.lab, preload, str(gate.candidate), gate.candidate, gate.workdir)
                     data = checks.prepare_data(gate.lab)
                     _measure(gate, report, on_progress, work, data, preload)
             finally:

@@ -192,12 +192,14 @@ def run(
     engine = sandbox.in_use()
     preload = preload if preload is not None else preload_for(lab.original, file)
     role = role or str(file.resolve())
-    server, shared = forkserver.server_for(env, (storage.ENV_VAR,), preload, _scratch_dir(), role, engine) \
-        if FORK else (None, False)
+    workdir = workdir or file.resolve().parent
+    expose = exposed(file, workdir, sys_path)
+    server, shared = forkserver.server_for(env, (storage.ENV_VAR,), preload, _scratch_dir(), role, engine,
+                                           expose) if FORK else (None, False)
     box = None
     try:
         if engine is not None:  # the run's folder is in its sandbox's box: the only place it may write
-            box = server.box if server is not None else sandbox.Box(_scratch_dir(), engine)
+            box = server.box if server is not None else sandbox.Box(_scratch_dir(), engine, expose=expose)
             scratch = box.new_folder("run-")
         else:
             scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_dir()))
@@ -263,7 +265,7 @@ def run(
             env[storage.ENV_VAR] = service.address
         outcome = _run_in(scratch, spec, file, version, env=env,
                           limit=timeout_s if timeout_s is not None else w.timeout_s, memory_mb=w.memory_mb,
-                          background_allowed=w.background_workers, workdir=workdir or file.resolve().parent,
+                          background_allowed=w.background_workers, workdir=workdir,
                           output_chars=output_chars, server=server, box=box,
                           # A lab graded on memory: its peak, sampled from here
                           watch=memory.Watch() if lab.leaner else None,
@@ -279,30 +281,32 @@ def run(
     finally:
         if service is not None:
             service.close()
-        forkserver.done_with(server, shared)
         if box is not None:
             if server is None:
                 box.remove()
-            else:
+            elif shared:
                 box.wipe()  # nothing of this run's is left for the next: its folder, /tmp, /dev/shm
         else:
             shutil.rmtree(scratch, ignore_errors=True)
+        forkserver.done_with(server, shared)  # a server of this run's own goes, with its box
 
 
 def _move_traces(outcome: Outcome, folder: Path) -> None:
     """The traces a sandboxed run wrote in its box, moved to ``folder`` (the box is emptied after the run),
     read and prepared here already."""
     folder.mkdir(parents=True, exist_ok=True)
+    moved: dict[str, str] = {}
 
     def move(where: str | None) -> str | None:
-        if not where:
-            return where
+        if not where or where in moved:
+            return moved.get(where, where) if where else where
         source = Path(where)
         target = folder / source.name
         try:
             shutil.move(str(source), str(target))
         except OSError:
             return where
+        moved[where] = str(target)
         return str(target)
 
     result = outcome.result
@@ -319,12 +323,20 @@ def _move_traces(outcome: Outcome, folder: Path) -> None:
             outcome.trace = outcome.rank_traces[0]
 
 
-def warm(lab: labs.Lab, preload: tuple[str, ...], role: str) -> None:
-    """Inside a ``forkserver.session``: start the server the runs of ``lab``'s ``role`` will be forked from
-    now, so that its imports overlap what the checker does before the first run."""
+def exposed(file: Path, workdir: Path, sys_path: list[str] | None = None) -> tuple[Path, ...]:
+    """What a sandboxed run of ``file`` reads besides the machine's own folders: the file's folder, its
+    working folder, a gate's baseline's project, and the kit with its data."""
+    return (Path(file).resolve().parent, Path(workdir), *(Path(p) for p in sys_path or []), paths.root(),
+            paths.data_dir())
+
+
+def warm(lab: labs.Lab, preload: tuple[str, ...], role: str, file: Path, workdir: Path,
+         sys_path: list[str] | None = None) -> None:
+    """Inside a ``forkserver.session``: start the server the runs of ``file`` (``role``'s, in ``workdir``)
+    will be forked from now, so that its imports overlap what the checker does before the first run."""
     if FORK:
         server, shared = forkserver.server_for(run_env(lab), (storage.ENV_VAR,), preload, _scratch_dir(), role,
-                                               sandbox.in_use())
+                                               sandbox.in_use(), exposed(file, workdir, sys_path))
         forkserver.done_with(server, shared)
 
 
@@ -438,7 +450,7 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
     others = processes.children_of_mine()
     started = time.perf_counter()
     proc = tree = None
-    stopped, peak_mb = "", 0.0
+    stopped, peak_mb, reached = "", 0.0, ""
     with out_file as out, err_file as err:
         try:
             try:
@@ -483,6 +495,9 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
             if stopped == "timeout" and nproc and tree is not None:  # where was each rank? (said below)
                 torchrun.ask_where(scratch, nproc, set(tree.scan()))
                 time.sleep(0.5)
+            # What the run did to its server, seen before the run is stopped (a server that never reports
+            # the run's end is killed then)
+            reached = server.tampered() if server is not None and server.box is not None else ""
             if proc is not None:
                 _stop(proc, tree or processes.Tree(proc.pid, others))
             if readers[0].ident is None:  # the run never started: its end of the pipe is this process's to close
@@ -491,7 +506,7 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
             for reader in readers + ranks_read:
                 if reader.ident is not None:
                     reader.join(timeout=5)
-    reached = server.tampered() if server is not None and server.box is not None else ""
+    reached = reached or (server.tampered() if server is not None and server.box is not None else "")
     if reached:
         server.kill()  # its later runs would be forked slower: the next run gets a new server (and sandbox)
     outcome = Outcome(version=version, file=file, status="", wall_s=time.perf_counter() - started,

@@ -150,15 +150,15 @@ class Server:
     """
 
     def __init__(self, env: dict[str, str], preload: tuple[str, ...] = (), cwd: Path | None = None,
-                 engine=None):
+                 engine=None, expose: tuple[Path, ...] = ()):
         from . import sandbox
 
         self.env, self.preload = env, tuple(preload)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = mine
         self.log = tempfile.TemporaryFile()
-        self.box = sandbox.Box(Path(cwd or tempfile.gettempdir()), engine, keep=("compile",)) \
-            if engine is not None else None
+        self.box = sandbox.Box(Path(cwd or tempfile.gettempdir()), engine, keep=("compile",),
+                                expose=expose) if engine is not None else None
         # An empty folder to start in, and -P: no module is found in the folder the checker runs in.
         self.home = str(self.box.folder("home")) if self.box else tempfile.mkdtemp(prefix="forkserver-", dir=cwd)
         flags = ["-P"] if sys.version_info >= (3, 11) else []
@@ -397,7 +397,8 @@ def session():
 
 
 def server_for(env: dict[str, str], leave_out: tuple[str, ...] = (), preload: tuple[str, ...] = (),
-               cwd: Path | None = None, role: str = "", engine=None) -> tuple[Server | None, bool]:
+               cwd: Path | None = None, role: str = "", engine=None,
+               expose: tuple[Path, ...] = ()) -> tuple[Server | None, bool]:
     """A server for a run with ``env`` (the keys in ``leave_out`` may differ between runs) that imports
     ``preload``, and whether it is the session's (then ``release`` it after the run; False: one for this
     run only, to be closed after it); (None, False) when it cannot be started. A session's server serves
@@ -407,7 +408,8 @@ def server_for(env: dict[str, str], leave_out: tuple[str, ...] = (), preload: tu
 
     ``role``: whose runs it forks (a file's path): servers of two roles are never shared, so the runs
     of one file never fork from the server of another. ``engine``: the sandbox engine; the server,
-    and every run it forks, then live in a sandbox of the server's own."""
+    and every run it forks, then live in a sandbox of the server's own, which can read ``expose`` (the
+    folders of the role's file and its runs' working folder) wherever they are."""
     key = _key(env, leave_out, preload, role)
     with _lock:
         servers = _sessions[-1] if _sessions else None
@@ -422,7 +424,7 @@ def server_for(env: dict[str, str], leave_out: tuple[str, ...] = (), preload: tu
             del servers[key]
     base = {k: v for k, v in env.items() if k not in leave_out}
     try:
-        server = Server(base, preload, cwd, engine)
+        server = Server(base, preload, cwd, engine, expose)
     except (ServerError, OSError):
         return None, False
     with _lock:

@@ -165,17 +165,24 @@ class Box:
     """One sandbox's folder, and the bubblewrap command line that starts a process in that sandbox.
 
     ``root`` is bound read-write at the same path inside; ``root/tmp`` and
-    ``root/shm`` are the sandbox's ``/tmp`` and ``/dev/shm``. ``wipe`` empties
-    all of it but the folders that stay (``keep``).
+    ``root/shm`` are the sandbox's ``/tmp`` and ``/dev/shm``. ``expose``: the
+    folders its runs read that the sandbox would otherwise hide (under /tmp,
+    or the kit's state folder: the file being run, its working folder, a kit
+    in a temporary folder), bound read-only. ``wipe`` empties the box but the
+    folders that stay (``keep``).
     """
 
-    def __init__(self, parent: Path, engine_: Engine, keep: tuple[str, ...] = ()):
+    def __init__(self, parent: Path, engine_: Engine, keep: tuple[str, ...] = (), expose: tuple[Path, ...] = ()):
         self.engine = engine_
         self.root = Path(tempfile.mkdtemp(prefix="box-", dir=parent)).resolve()
         self.keep = ("tmp", "shm", *keep)
         for name in self.keep:
             self.folder(name)
         self._own(self.root)
+        hidden = [Path("/tmp"), *_hidden()]
+        self.expose = sorted({Path(p).resolve() for p in expose
+                              if any(_inside(Path(p), h) for h in hidden) and Path(p).is_dir()
+                              and not _inside(Path(p), self.root)}, key=lambda p: len(p.parts))
 
     def _own(self, path: Path) -> None:
         """A folder the sandbox's user can write: its own when the sandbox runs as nobody."""
@@ -199,25 +206,31 @@ class Box:
         bind = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for node in _device_nodes():
             bind += ["--dev-bind-try", node, node]
-        for hidden in _hidden():
-            if hidden.is_dir() and not _inside(self.root, hidden):
+        # /tmp first: what the sandbox must read there (a kit in a temporary folder) is bound again,
+        # read-only, inside the sandbox's own /tmp, its mount points made there (``wipe`` keeps them)
+        bind += ["--bind", str(self.root / "tmp"), "/tmp", "--bind", str(self.root / "shm"), "/dev/shm"]
+        for path in self.expose:
+            if not any(_inside(path, h) for h in _hidden()):
+                bind += ["--ro-bind", str(path), str(path)]
+        for hidden in _hidden():  # then hidden, even where an exposed folder (the kit's) holds them
+            if hidden.is_dir():
                 bind += ["--tmpfs", str(hidden)]
-        # /tmp first: a box under /tmp (a kit in a temporary folder) is then bound inside the sandbox's own
-        # /tmp, its mount point made there (``wipe`` keeps that path)
-        bind += ["--bind", str(self.root / "tmp"), "/tmp",
-                 "--bind", str(self.root / "shm"), "/dev/shm",
-                 "--bind", str(self.root), str(self.root)]
+        for path in self.expose:  # and what the sandbox reads in there (the check's copy of the file)
+            if any(_inside(path, h) for h in _hidden()):
+                bind += ["--ro-bind", str(path), str(path)]
+        bind += ["--bind", str(self.root), str(self.root)]
         return [*self.engine.prefix(), self.engine.bwrap, *bind,
                 "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
-                "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "proflab-run",
+                "--uid", str(NOBODY), "--gid", str(NOBODY),
                 "--die-with-parent", "--new-session", "--chdir", str(cwd), "--", *argv]
 
     def wipe(self) -> None:
         """Empty the box: every run's folder, and everything in /tmp and /dev/shm (the folders stay)."""
+        mounts = [_under("/tmp", p) for p in (*self.expose, self.root)]
         for entry in list(self.root.iterdir()):
             if entry.name in self.keep and entry.is_dir() and not entry.is_symlink():
                 if entry.name == "tmp":
-                    _empty(entry, _under("/tmp", self.root))
+                    _empty(entry, [m for m in mounts if m])
                 elif entry.name == "shm":
                     _empty(entry)
                 continue
@@ -243,13 +256,15 @@ def _under(top: str, path: Path) -> tuple[str, ...]:
         return ()
 
 
-def _empty(folder: Path, keep: tuple[str, ...] = ()) -> None:
-    """Remove everything in ``folder`` but the path ``keep`` (the folders down to a mount point)."""
+def _empty(folder: Path, keep: list[tuple[str, ...]] | None = None) -> None:
+    """Remove everything in ``folder`` but the paths ``keep`` (the folders down to each mount point)."""
+    keep = keep or []
     for entry in list(folder.iterdir()):
-        if keep and entry.name == keep[0] and entry.is_dir() and not entry.is_symlink():
-            if len(keep) > 1:
-                _empty(entry, keep[1:])
-            continue
+        below = [k[1:] for k in keep if k and k[0] == entry.name]
+        if below and entry.is_dir() and not entry.is_symlink():
+            if all(below):  # a folder on the way to a mount point: emptied around it
+                _empty(entry, below)
+            continue  # a mount point itself
         _remove(entry)
 
 
