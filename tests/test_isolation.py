@@ -1,0 +1,196 @@
+"""Every run of a lab file in a sandbox of the operating system's: what a run cannot do, tried from inside one.
+
+A probe file, run by the checker's own ``execute.run`` (a fork server
+session, as in a check), tries from inside its run what an attempt at
+gaming the checker would: write into the kit, its virtual environment and its
+data; leave files in /tmp and /dev/shm for the next run; see and signal the
+checker and the servers; forge compile marks on its pipe. Each test fails on
+a kit that runs lab files unsandboxed, and is skipped (saying why) only where
+the engine cannot run (`proflab doctor`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from proflab import labs
+from proflab.running import execute, forkserver, sandbox
+
+CALIBRATION = Path(__file__).resolve().parent / "calibration"
+REPO = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(not sandbox.engine().ok, reason=f"no sandbox here: {sandbox.engine().why}")
+
+PROBE = '''
+import json, os, signal, sys, time
+import torch
+
+CHECKER = int(os.environ.get("PROBE_CHECKER", "0"))
+
+
+def attempt(what, action):
+    try:
+        action()
+        return what + ": done"
+    except Exception as e:  # noqa: BLE001
+        return what + ": " + type(e).__name__
+
+
+def write(path, text="x"):
+    with open(path, "a") as f:
+        f.write(text)
+
+
+def pipeline(cfg):
+    seen = {
+        "tmp": sorted(os.listdir("/tmp")), "shm": sorted(os.listdir("/dev/shm")),
+        "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+        "uid": os.getuid(), "pidns": os.readlink("/proc/self/ns/pid"),
+        "tries": [
+            attempt("kit", lambda: write(os.environ["PROBE_KIT_FILE"], "\\n# changed by a run\\n")),
+            attempt("venv", lambda: write(os.path.join(os.path.dirname(os.__file__), "site-packages", "evil.pth"),
+                                          "import os\\n")),
+            attempt("data", lambda: write(os.path.join(str(cfg.data_dir), "cache.bin"))),
+            attempt("signal checker", lambda: os.kill(CHECKER, signal.SIGSTOP)),
+            attempt("net", lambda: __import__("socket").create_connection(("1.1.1.1", 53), timeout=1)),
+        ],
+    }
+    print("FACTS " + json.dumps(seen), flush=True)
+    write("/tmp/left-by-a-run")
+    write("/dev/shm/left-by-a-run")
+    ATTACK
+    step = 0
+    while True:
+        yield {"step": torch.ones(4).sum() * step}
+        step += 1
+'''
+
+
+@pytest.fixture
+def lab(tmp_path) -> labs.Lab:
+    folder = tmp_path / "labs" / "90_calibration"
+    shutil.copytree(CALIBRATION, folder)
+    return labs.load(folder)
+
+
+def probe(lab: labs.Lab, attack: str = "pass", name: str = "probe.py") -> Path:
+    path = lab.folder / name
+    path.write_text(PROBE.replace("ATTACK", attack), encoding="utf-8")
+    return path
+
+
+def facts(outcome: execute.Outcome) -> dict:
+    assert outcome.ok, (outcome.status, outcome.result, outcome.stderr[-2000:])
+    assert outcome.sandboxed
+    line = next(line for line in outcome.stdout.splitlines() if line.startswith("FACTS "))
+    return json.loads(line[len("FACTS "):])
+
+
+@pytest.fixture
+def kit_file(tmp_path, monkeypatch) -> Path:
+    """A file of the kit's own a run tries to change (one in the installed package: its source)."""
+    target = REPO / "src" / "proflab" / "reporting" / "report.py"
+    monkeypatch.setenv("PROBE_KIT_FILE", str(target))
+    monkeypatch.setenv("PROBE_CHECKER", str(os.getpid()))
+    return target
+
+
+def test_a_run_writes_nowhere_but_its_own_folders_and_leaves_nothing_for_the_next(lab, kit_file):
+    before = kit_file.read_bytes()
+    site = Path(os.__file__).parent / "site-packages" / "evil.pth"
+    with forkserver.session():
+        first = facts(execute.run(lab, probe(lab), "probe"))
+        second = facts(execute.run(lab, probe(lab), "probe"))
+    assert kit_file.read_bytes() == before and not site.exists()
+    assert not list(lab.folder.glob("cache.bin")) and not (REPO / "data" / "cache.bin").exists()
+    for seen in (first, second):
+        tries = dict(t.split(": ", 1) for t in seen["tries"])
+        # Read-only: the kit, the virtual environment (or the interpreter's), the data; no network.
+        assert tries["kit"] in ("OSError", "PermissionError"), seen
+        assert tries["venv"] in ("OSError", "PermissionError", "FileNotFoundError"), seen
+        assert tries["data"] in ("OSError", "PermissionError", "FileNotFoundError"), seen
+        assert tries["net"] in ("OSError",) or tries["net"].endswith("Error"), seen
+        assert tries["net"] != "done"
+        assert seen["uid"] == sandbox.NOBODY
+    # What the first run left in /tmp and /dev/shm is gone before the second starts.
+    assert "left-by-a-run" not in second["tmp"] and "left-by-a-run" not in second["shm"], second
+
+
+def test_a_run_sees_and_signals_no_process_outside_its_sandbox(lab, kit_file):
+    with forkserver.session():
+        seen = facts(execute.run(lab, probe(lab), "probe"))
+    tries = dict(t.split(": ", 1) for t in seen["tries"])
+    assert tries["signal checker"] == "ProcessLookupError", seen  # the checker's PID names no process there
+    # Its sandbox's first process, its server, itself: nothing else (the checker, the other version's
+    # server, other checks' runs are not there to be seen).
+    assert seen["pids"] == [1, 2, seen["pids"][-1]] and seen["pids"][-1] < 100, seen
+
+
+@pytest.mark.parametrize("attack", [
+    "os.setpriority(os.PRIO_PROCESS, os.getppid(), 19)",
+    "os.sched_setscheduler(os.getppid(), os.SCHED_IDLE, os.sched_param(0))",
+    "os.kill(os.getppid(), signal.SIGSTOP)",
+])
+def test_a_run_that_slows_its_server_fails_and_the_server_is_replaced(lab, kit_file, attack):
+    """Its own server only: the other version's is in another sandbox. It fails, and is not forked from again."""
+    with forkserver.session():
+        other = facts(execute.run(lab, probe(lab, name="other.py"), "other"))
+        attacked = execute.run(lab, probe(lab, attack, "attacker.py"), "attacker", timeout_s=15)
+        after = facts(execute.run(lab, probe(lab, name="other.py"), "other"))
+        again = facts(execute.run(lab, probe(lab, name="attacker2.py"), "attacker", role=str(lab.folder / "attacker.py")))
+    assert attacked.result.get("kind") == "tampered", attacked.result
+    assert "reached outside its run" in attacked.result["message"]
+    assert other["pidns"] == after["pidns"]  # the other file's server: untouched, the same sandbox
+    line = next(line for line in attacked.stdout.splitlines() if line.startswith("FACTS "))
+    assert json.loads(line[len("FACTS "):])["pidns"] not in (again["pidns"], other["pidns"])  # a new one for it
+
+
+FORGED = '''
+    fd = 3  # the mark pipe of a run forked by the server (torch.compile is not called: the marks are forged)
+    os.write(fd, b"C")
+    WAIT
+    os.write(fd, b"c")
+'''
+
+
+@pytest.mark.parametrize("wait", ["time.sleep(1.0)", "__import__('subprocess').run(['sleep', '1'])"])
+def test_forged_compile_marks_leave_no_time_out_of_the_count(lab, kit_file, wait):
+    """A run that waits (itself, or on a child) between compile marks was not compiling: nothing is left out."""
+    file = probe(lab, FORGED.replace("WAIT", wait).strip().replace("\n    ", "\n    "), "forger.py")
+    file.write_text(file.read_text().replace("    ATTACK", ""))
+    with forkserver.session():
+        outcome = execute.run(lab, file, "forger")
+    assert outcome.ok, outcome.result
+    r = outcome.result
+    assert r["compile_marked_s"] >= 0.9, r  # the marks arrived, a second apart
+    assert r["compile_s"] < 0.2, r  # and almost none of it is left out of the count
+
+
+def test_each_round_draws_fresh_inputs_and_the_original_follows_them():
+    """Lab 4's original on two seeds yields two different runs; on the same seed, the same one."""
+    lab = labs.resolve("4")
+    steps = {"warmup_steps": 1, "timed_steps": 2, "profile_steps": 0}
+    with forkserver.session():
+        a, b, a2 = (execute.run(lab, lab.original, "original", seed=s, steps=steps) for s in (11, 12, 11))
+    for o in (a, b, a2):
+        assert o.ok and o.sandboxed, o.result
+    loss = [[step["loss"]["data"] for step in o.result["results"]] for o in (a, b, a2)]
+    assert loss[0] == loss[2] and loss[0] != loss[1]
+
+
+def test_without_the_engine_checks_say_so_and_grade_refuses(tmp_path):
+    import subprocess
+
+    env = {**os.environ, sandbox.ENGINE_ENV: str(tmp_path / "no-bwrap")}
+    doctor = subprocess.run([sys.executable, "-m", "proflab.cli", "doctor", "--json"], env=env,
+                            capture_output=True, text=True)
+    assert doctor.returncode == 1 and json.loads(doctor.stdout)["sandboxed"] is False, doctor.stderr
+    grade = subprocess.run([sys.executable, "-m", "proflab.cli", "grade", str(tmp_path)], env=env,
+                           capture_output=True, text=True)
+    assert grade.returncode == 2 and "--unsandboxed" in grade.stderr, grade.stderr
