@@ -28,6 +28,7 @@ def cal_kit(tmp_path) -> Kit:
 def check_with(kit: Kit, tmp_path: Path, speedups: str, monkeypatch) -> tuple[int, dict]:
     monkeypatch.setenv("PROFLAB_CAL_SPEEDUPS", speedups)
     monkeypatch.setenv("PROFLAB_CAL_COUNTER", str(tmp_path / "runs-so-far"))
+    monkeypatch.setenv("PROFLAB_SANDBOX_SHARED", str(tmp_path))  # the count crosses runs: a test instrument
     return kit.check_json("calibration", "--file", str(kit.root / "labs" / "90_calibration" / "scheduled.py"))
 
 
@@ -90,6 +91,7 @@ def test_a_clear_slowdown_fails_after_the_base_rounds(cal_kit, tmp_path, monkeyp
 def test_the_terminal_report_says_inconclusive(cal_kit, tmp_path, monkeypatch):
     monkeypatch.setenv("PROFLAB_CAL_SPEEDUPS", "1.45,1.0")
     monkeypatch.setenv("PROFLAB_CAL_COUNTER", str(tmp_path / "runs-so-far"))
+    monkeypatch.setenv("PROFLAB_SANDBOX_SHARED", str(tmp_path))  # the count crosses runs: a test instrument
     proc = cal_kit.run("check", "calibration", "--file", str(cal_kit.root / "labs" / "90_calibration" / "scheduled.py"),
                        "--rounds", "2")
     assert proc.returncode == 4, proc.stdout + proc.stderr

@@ -131,7 +131,8 @@ def graded(tmp_path_factory) -> Graded:
     before = snapshot(folder)
     proc = grade(kit, "class", "--rounds", "2", "--format", "junit", "--out", "out/report.xml",
                  "--json-out", "out/grades.json",
-                 env={"PROFLAB_CAL_SPEEDUPS": "1.45,1.0", "PROFLAB_CAL_COUNTER": str(kit.root / "erin-runs")})
+                 env={"PROFLAB_CAL_SPEEDUPS": "1.45,1.0", "PROFLAB_CAL_COUNTER": str(kit.root / "erin-runs"),
+                      "PROFLAB_SANDBOX_SHARED": str(kit.root)})
     assert (kit.root / "out" / "grades.json").is_file(), proc.stdout + proc.stderr
     record = json.loads((kit.root / "out" / "grades.json").read_text(encoding="utf-8"))
     return Graded(kit, folder, proc, record, kit.root / "out" / "report.xml", before, snapshot(folder))

@@ -49,6 +49,14 @@ from . import processes
 
 NOBODY = 65534  # the user a sandbox runs as, inside (and outside, when the kit runs as root)
 ENGINE_ENV = "PROFLAB_BWRAP"  # the engine's path (default: bwrap on PATH); a path that does not exist: none
+# A folder every run may write, whichever sandbox it is in: only for the kit's own tests, whose calibration
+# lab counts its runs there (a test instrument, like PROFLAB_AUDIT=off); the records then say so.
+SHARED_ENV = "PROFLAB_SANDBOX_SHARED"
+
+
+def shared() -> Path | None:
+    given = os.environ.get(SHARED_ENV)
+    return Path(given).resolve() if given and Path(given).is_dir() else None
 PROBE_TIMEOUT_S = 30.0
 
 
@@ -68,7 +76,8 @@ class Engine:
         who = "nobody inside and outside" if os.geteuid() == 0 and not self.as_root else \
             ("nobody inside; root outside, with no capability (nobody cannot read this Python)"
              if self.as_root else "nobody inside; your own user outside")
-        return f"sandboxed by bubblewrap {self.version} ({self.bwrap}): {who}"
+        also = f"; every run may write {shared()} (the kit's tests: {SHARED_ENV})" if shared() else ""
+        return f"sandboxed by bubblewrap {self.version} ({self.bwrap}): {who}{also}"
 
     def prefix(self) -> list[str]:
         """What starts the engine as ``nobody`` when this process is root; empty otherwise."""
@@ -212,6 +221,8 @@ class Box:
         for path in self.expose:
             if not any(_inside(path, h) for h in _hidden()):
                 bind += ["--ro-bind", str(path), str(path)]
+        if shared() is not None:
+            bind += ["--bind", str(shared()), str(shared())]
         for hidden in _hidden():  # then hidden, even where an exposed folder (the kit's) holds them
             if hidden.is_dir():
                 bind += ["--tmpfs", str(hidden)]
@@ -226,7 +237,7 @@ class Box:
 
     def wipe(self) -> None:
         """Empty the box: every run's folder, and everything in /tmp and /dev/shm (the folders stay)."""
-        mounts = [_under("/tmp", p) for p in (*self.expose, self.root)]
+        mounts = [_under("/tmp", p) for p in (*self.expose, self.root, *filter(None, [shared()]))]
         for entry in list(self.root.iterdir()):
             if entry.name in self.keep and entry.is_dir() and not entry.is_symlink():
                 if entry.name == "tmp":
