@@ -261,7 +261,8 @@ def run(
     try:
         if lab.storage is not None:
             service = storage.StorageService(paths.data_dir() / lab.storage.folder, lab.storage.latency_ms)
-            service.start(folder=scratch if box is not None else None)
+            # a sandboxed run reaches it in its own /tmp, by a short path
+            service.start(*((box.folder("tmp"), "/tmp") if box is not None else ()))
             env[storage.ENV_VAR] = service.address
         outcome = _run_in(scratch, spec, file, version, env=env,
                           limit=timeout_s if timeout_s is not None else w.timeout_s, memory_mb=w.memory_mb,

@@ -147,9 +147,10 @@ class StorageService:
             raise RuntimeError("the storage service has not been started")
         return self._address
 
-    def start(self, folder: str | os.PathLike | None = None) -> StorageService:
+    def start(self, folder: str | os.PathLike | None = None, seen_as: str | None = None) -> StorageService:
         """Bind the socket (in a new folder inside ``folder``, default /tmp) and serve in a background
-        thread; returns ``self``. A sandboxed run reaches it in its own folder."""
+        thread; returns ``self``. A sandboxed run reaches it in its own /tmp: ``folder`` is that /tmp as
+        seen from here, ``seen_as`` as the run sees it ("/tmp"), and ``address`` the run's path."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("a closed storage service cannot be started again")
@@ -157,16 +158,25 @@ class StorageService:
                 return self
             self._dir = tempfile.mkdtemp(prefix="proflab-", dir=str(folder) if folder is not None else "/tmp")
             address = os.path.join(self._dir, "storage.sock")
+            held = None
             try:
-                server = _Server(address, _Handler)
+                if len(address.encode()) > 100:  # a Unix socket's path holds 108 bytes: bind through the folder
+                    held = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY)
+                    server = _Server(f"/proc/self/fd/{held}/storage.sock", _Handler)
+                else:
+                    server = _Server(address, _Handler)
                 if folder is not None:  # the sandbox's user may be another: it must reach the socket
                     os.chmod(self._dir, 0o755)
                     os.chmod(address, 0o777)
             except BaseException:
                 shutil.rmtree(self._dir, ignore_errors=True)
                 raise
+            finally:
+                if held is not None:
+                    os.close(held)
             server.service = self
-            self._server, self._address = server, address
+            shown = os.path.join(seen_as, os.path.basename(self._dir), "storage.sock") if seen_as else address
+            self._server, self._address = server, shown
             self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                                             name="proflab-storage", daemon=True)
             self._thread.start()
