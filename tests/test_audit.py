@@ -50,11 +50,11 @@ def test_a_file_that_does_not_parse_raises_syntax_error():
 
 # (source, a line refused, its rule[, the lab's allowances])
 REFUSED = [
-    ('import os\nos.environ["X"] = "0"', 1, "import"),
     ('import os\nos.environ["X"] = "0"', 2, "patch"),
-    ("from os import environ", 1, "import"),
-    ('import sys\nsys.modules["__main__"]', 1, "import"),
-    ("import json", 1, "import"),
+    ('import os\nos.environ["X"] = "0"', 2, "patch"),
+    ("import sys\nsys.modules['torch'].x = 1", 2, "patch"),
+    ("import subprocess", 1, "import"),
+    ("import torch\ntorch.save = None", 2, "patch"),
     ("import time\ntime.perf_counter = lambda: 0", 2, "patch"),
     ("import time\nfrom time import monotonic\ntime.monotonic += 1", 3, "patch"),
     ("import ctypes", 1, "import"),
@@ -83,7 +83,6 @@ REFUSED = [
     ("import importlib.util", 1, "import"),
     ("def f():\n    import subprocess", 2, "import"),
     ("import socket", 1, "import"),
-    ("import pathlib", 1, "import"),
     ("import multiprocessing", 1, "processes"),
     ("import torch.multiprocessing as mp", 1, "processes"),
     ("import torch\ntorch.multiprocessing.Process", 2, "processes"),
@@ -101,8 +100,6 @@ REFUSED = [
     ("breakpoint()", 1, "builtin"),
     ("exit(0)", 1, "builtin"),
     ('x = input("?")', 1, "builtin"),
-    ('open("f")', 1, "files"),
-    ('import torch\ngetattr(torch, "_C")', 2, "private"),
     ("import torch\ngetattr(torch, name)", 2, "builtin"),
     ("get = getattr", 1, "builtin"),
     ('import torch\nsetattr(torch, "x", 1)', 2, "builtin"),
@@ -113,13 +110,8 @@ REFUSED = [
     ('getattr(x, "__class__")', 1, "dunder"),
     ("def f(x):\n    match x:\n        case object(__class__=c):\n            return c", 3, "dunder"),
     ("def f(g):\n    return g.gi_frame.f_back.f_globals", 2, "frame"),
-    ("import torch\ntorch._C._set_x()", 2, "private"),
-    ("import torch\ntorch.autograd._profiler_enabled()", 2, "private"),
-    ("import torch.nn.functional as F\nF._canonical_mask", 2, "private"),
-    ("from torch.utils.data import DataLoader\nDataLoader._get_iterator", 2, "private"),
     ("from proflab.labkit import photos\nphotos._FORMAT", 2, "private"),
-    ("import torch._dynamo", 1, "private"),
-    ("from torch import _C", 1, "private"),
+    ("import proflab.labkit.photos as p\np._draw(1)", 2, "private"),
     ("from proflab.labkit.photos import _draw", 1, "private"),
     ("import proflab.running.runner", 1, "import"),
     ("from proflab import checks", 1, "import"),
@@ -137,7 +129,6 @@ REFUSED = [
     ("import torch\ndel torch.nn", 2, "patch"),
     ("import torch\nfor torch.x in range(3):\n    pass", 2, "patch"),
     ("import torch\nwith f() as torch.x:\n    pass", 2, "patch"),
-    ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True", 2, "patch"),
     ("def f(x):\n    type(x).forward = f", 2, "patch"),
     ("import contextlib\nwith contextlib.redirect_stdout(None):\n    pass", 2, "patch"),
     ("import torch\ntorch.set_num_threads(4)", 2, "threads_setting"),
@@ -154,9 +145,6 @@ REFUSED = [
     ("import torch\nclass T(torch.Tensor):\n    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
      "        return 1", 3, "override"),
     ("from torch.overrides import TorchFunctionMode", 1, "override"),
-    ('import torch\ntorch.save(x, "f")', 2, "files"),
-    ('import torch\nx = torch.load("f")', 2, "files"),
-    ('import numpy as np\nnp.save("f", x)', 2, "files"),
     ("def f(x: \"__import__('os')\"):\n    pass", 1, "builtin"),
 ]
 
@@ -177,6 +165,16 @@ def test_refused(case):
 
 
 ALLOWED = [
+    # Natural code, open since every run is sandboxed (the audit is a teacher, not the wall).
+    ("import os\nfrom torch.utils.data import DataLoader\nDataLoader(d, num_workers=os.cpu_count())", []),
+    ("import json, pathlib\nconfig = json.loads(pathlib.Path('config.json').read_text())", []),
+    ("import json\nwith open('config.json') as f:\n    config = json.load(f)", []),
+    ("import torch\ntorch._foreach_add_(params, grads, alpha=-0.1)", []),
+    ("import torch\ntorch._foreach_mul_(params, 0.9)\nfrom torch import _foreach_add_", []),
+    ("import torch._dynamo\ntorch._dynamo.reset()", []),
+    ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True", []),
+    ('import torch, tempfile\ntorch.save(x, tempfile.gettempdir() + "/x.pt")\ny = torch.load("x.pt")', []),
+    ("import sys, time\nprint(time.perf_counter(), file=sys.stderr)", []),
     ("from concurrent.futures import ThreadPoolExecutor\nwith ThreadPoolExecutor(8) as pool:\n"
      "    list(pool.map(load, range(4)))", ["threads"]),
     ("import threading, queue\nq = queue.Queue()\nthreading.Thread(target=q.get).start()", ["threads"]),
@@ -230,7 +228,7 @@ def test_allowed(source, allow):
 
 
 def test_findings_are_sorted_and_one_per_line_and_rule():
-    source = "import os, sys\nimport torch\ntorch._C._x = torch._C._y\neval('1')\n"
+    source = "import os, ctypes\nimport proflab.labkit.photos as p\np._x = p._y\neval('1')\n"
     findings = audit_source(source)
     assert [(f.line, f.rule) for f in findings] == [(1, "import"), (3, "private"), (3, "patch"), (4, "builtin")]
     assert all(isinstance(f, Finding) for f in findings)

@@ -73,7 +73,7 @@ def failed_check(report: dict) -> dict:
 
 # How the checker catches a trick: the check that fails, and what its rationale says.
 NO_WORK = ("evidence", "the profiled steps did not do the work")
-SLOWER_WHEN_PROFILED = ("same_results", "as long as a timed one")
+SLOWER_WHEN_PROFILED = ("same_results", "inside operators as a whole timed step")
 WORK_BESIDE = ("runs", "work went on beside the timed steps")
 CLOCK = ("runs", "something changed the clock")
 

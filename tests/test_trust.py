@@ -66,9 +66,20 @@ def caught(report: dict, name: str, *words: str) -> None:
 LAB_CHEATS = sorted(p.name for p in CHEATS.glob("lab[0-9]_*.py"))
 
 
-@pytest.mark.parametrize("name", [n for n in LAB_CHEATS if n not in PLAIN])
-def test_the_audit_refuses_every_attempt_that_reaches_into_the_checker(name):
+# Attempts written with what the audit now lets through (os, open, json: natural code, since every run is
+# sandboxed): the audit is a teacher, not the wall; each is graded unaudited below, and fails there.
+LET_THROUGH = {"lab1_direct_read.py", "lab1_fake_marks.py", "lab1_no_marks.py"}
+
+
+@pytest.mark.parametrize("name", [n for n in LAB_CHEATS if n not in PLAIN | LET_THROUGH])
+def test_the_audit_refuses_every_attempt_that_breaks_a_lab_rule(name):
     assert refused(CHEATS / name, lab_of(name)), f"{name} passed the source audit"
+
+
+@pytest.mark.parametrize("name", sorted(LET_THROUGH))
+def test_attempts_the_audit_lets_through_are_graded_behind_it(name):
+    assert not refused(CHEATS / name, lab_of(name))
+    assert name in UNAUDITED  # graded with the audit off below: the checks behind it catch them
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CHEATS.glob("[!_]*.py") if not p.name.startswith("lab")))
@@ -106,7 +117,7 @@ DECOYS = ["lab1_tiny_decoys.py", "lab2_tiny_decoys.py", "lab3_tiny_decoys.py", "
           "lab4_sparse_work.py"]
 MOVED_INTO_WARMUP = ["lab1_preload_warmup.py", "lab2_pool_in_warmup.py", "lab3_precompute_real_decoys.py",
                      "lab4_precompute_real_decoys.py"]
-SOUND = ["lab1_workers2.py", "lab1_workers16.py", "lab1_threadpool.py",
+SOUND = ["lab1_workers2.py", "lab1_workers16.py", "lab1_threadpool.py", "lab1_cpu_count.py", "lab3_foreach.py",
          "lab2_functional_bag.py", "lab2_index_add.py", "lab2_sparse.py",
          "lab3_inplace_builtins.py", "lab3_sdpa_only.py", "lab4_four_items.py", "lab4_preallocated.py"]
 WHOLE_EPOCH = "lab1_workers32.py"
@@ -192,7 +203,7 @@ def test_decoy_operators_on_tiny_inputs_do_not_make_the_work(batch, name):
     assert code == 1, explain(report)
     check = failed_check(report)
     if check["name"] == "same_results":  # yielding from a cache: the profiler's own cost makes its steps stand out
-        assert "as long as a timed one" in check["rationale"], explain(report)
+        assert "inside operators as a whole timed step" in check["rationale"], explain(report)
     else:
         caught(report, "evidence", "the profiled steps did not do the work")
         assert "MFLOPs per step" in check["expected"]

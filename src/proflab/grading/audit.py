@@ -12,13 +12,16 @@ and private attributes, assignments to what was imported, a second profiler,
 thread settings, native code, files. A lab's manifest may allow a little more
 (``[audit] allow``, names from :data:`ALLOWANCES`).
 
-This is not a sandbox. Python offers more ways to reach an object than any
-reading of the source can follow (values passed through containers, calls and
-attributes are not traced here), and a determined author may find one. The
-audit raises the bar, and tells an honest learner early and plainly what is
-off limits; the checker's verdict also rests on what it observes from outside
-the process: its own clock on the step marks, the storage service's log, the
-trace, and results compared with the original's.
+This is not a sandbox, and it is not the wall: every run of a lab file runs
+in a sandbox of the operating system's (``proflab.running.sandbox``), and the
+verdict rests on what the checker observes from outside the run. The audit is
+a teacher: it explains a lab's rules before anything runs, and refuses what
+breaks them (a second profiler, thread settings, threads or processes where a
+lab allows none, reads the trace cannot show where a lab counts them, the
+kit's internals) or reaches past what a lab file needs (native code, the
+network, other processes, code run from strings). Natural code passes:
+``import os`` for ``os.cpu_count()``, ``pathlib``, ``json`` and ``open`` to
+read a file, ``torch._foreach_*`` and other private torch names, ``time``.
 """
 
 from __future__ import annotations
@@ -44,10 +47,11 @@ class Finding:
 
 
 RULES: dict[str, str] = {
-    "import": "Lab files import only torch, torchvision, numpy, PIL, proflab.labkit and plain-Python modules: "
-              "any other module reaches the environment, files, processes or interpreter the checker works in.",
-    "private": "Names starting with an underscore are the internals of torch and the kit, where the clock, "
-               "the profiler and the trace the checker reads live.",
+    "import": "Lab files import torch, torchvision, numpy, PIL, proflab.labkit and plain-Python modules (os, "
+              "pathlib, json and the like among them): modules that run native code, start processes, reach "
+              "the network or load code by name have no place in a training step.",
+    "private": "Names starting with an underscore in the kit are its internals, where the clock, the profiler "
+               "and the trace the checker reads live.",
     "builtin": "eval, exec, __import__, globals, setattr and their kind run code, or reach attributes, by names "
                "the audit cannot read.",
     "dunder": "Special attributes such as __class__, __dict__ and __globals__ lead from any object to the "
@@ -60,7 +64,6 @@ RULES: dict[str, str] = {
     "threads_setting": "The lab sets the thread count, the same for every version, so that the timings compare.",
     "profiler": "The checker profiles the file itself; a profiler of the file's own would fight it for the trace.",
     "native": "Native code, and code loaded from other files, escapes every check the audit makes.",
-    "files": "The files around the timed steps, the trace among them, belong to the checker.",
     "threads": "Threads working beside the timed steps hide work from the timings, unless the lab allows them.",
     "processes": "Processes working beside the timed steps hide work from the timings, unless the lab allows them.",
     "untraced_reads": "Where a lab counts the reads of tensor values into Python, it counts them from the trace: "
@@ -70,8 +73,9 @@ RULES: dict[str, str] = {
 ALLOWANCES: dict[str, str] = {
     "threads": "threading, queue and concurrent.futures thread pools (to overlap waits on I/O)",
     "processes": "multiprocessing, torch.multiprocessing and concurrent.futures process pools",
-    "os": "the os and sys modules (for the kit's test-only calibration lab)",
-    "files": "open(), pathlib and io, torch.load and torch.save (for the kit's test-only calibration lab)",
+    "os": "the os and sys modules (open to every lab file now; kept so that older manifests still load)",
+    "files": "open(), pathlib and io, torch.load and torch.save (open to every lab file now; kept so that older "
+             "manifests still load)",
     "profiler": "torch.profiler and torch.autograd.profiler beyond record_function",
     "gc_collect": "gc.collect(), and nothing else of gc (a lab on memory: trying it is part of the lesson)",
     "distributed": "torch.distributed's process groups and collectives (a lab run as a torchrun job), not its "
@@ -90,12 +94,12 @@ _UNTRACED_MESSAGE = ("this lab counts every read of a tensor's values into Pytho
                      "reads them without leaving one: read with .item() or .tolist(), where the profiler sees it")
 
 _KEEP_TO = ("keep to torch, torchvision, numpy, PIL, proflab.labkit and plain-Python modules "
-            "(math, random, collections, ...), and keep helpers of your own in this file")
+            "(math, random, collections, os, pathlib, json, ...), and keep helpers of your own in this file")
 _MESSAGES = {
-    "import": "lab files may not import {name}: the environment, files and processes around the timed steps "
-              "belong to the checker, so " + _KEEP_TO,
-    "private": "lab files may not use the private name `{name}`: names starting with an underscore are the "
-               "internals of torch and the kit, where the checker's clock, profiler and trace live",
+    "import": "lab files may not import {name}: a training step has no use for native code, other processes, "
+              "the network or code loaded by name, so " + _KEEP_TO,
+    "private": "lab files may not use the private name `{name}`: names starting with an underscore in the kit "
+               "are its internals, where the checker's clock, profiler and trace live",
     "builtin": "lab files may not use `{name}`: {reason}",
     "dunder": "lab files may not use the attribute `{name}`: special attributes lead from any object to the "
               "interpreter's internals and the checker's own variables",
@@ -109,8 +113,6 @@ _MESSAGES = {
     "profiler": "lab files may not use `{name}`: the checker profiles your file itself, so keep to "
                 "record_function labels",
     "native": "lab files may not use `{name}`: native code, and code loaded from other files, escapes every check",
-    "files": "lab files may not use `{name}`: the files around the timed steps, the trace among them, belong "
-             "to the checker",
     "threads": "lab files may not use `{name}`: this lab allows no threads of your own working beside the "
                "timed steps, where their work would escape the timings",
     "processes": "lab files may not use `{name}`: this lab allows no processes of your own working beside the "
@@ -144,6 +146,9 @@ _STDLIB = frozenset({
     "__future__", "math", "cmath", "random", "statistics", "collections", "collections.abc", "itertools",
     "functools", "operator", "dataclasses", "typing", "enum", "time", "contextlib", "copy", "heapq", "bisect",
     "numbers", "abc", "warnings",
+    # Open since every run is sandboxed: reading a config, counting cores, writing scratch files in /tmp.
+    "os", "os.path", "sys", "pathlib", "json", "io", "re", "glob", "csv", "string", "textwrap", "tempfile",
+    "shutil", "datetime", "hashlib", "struct", "pprint", "platform", "logging", "fnmatch", "array",
 })
 _ALLOWANCE_ROOTS = {
     "threads": ("threading", "queue", "concurrent.futures"),
@@ -162,11 +167,6 @@ _PATHS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     *((p, "native", (), "") for p in (
         "torch.ops.load_library", "torch.classes.load_library", "torch.utils.cpp_extension", "torch.library",
         "torch.hub", "torch.package", "numpy.ctypeslib", "numpy.f2py", "numpy.distutils")),
-    *((p, "files", ("files",), "") for p in (
-        "torch.load", "torch.save", "torch.from_file", "torch.serialization", "torch.UntypedStorage.from_file",
-        "numpy.load", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt", "numpy.loadtxt",
-        "numpy.genfromtxt", "numpy.fromfile", "numpy.memmap", "torchvision.io.write_file",
-        "torchvision.io.write_png", "torchvision.io.write_jpeg", "torchvision.io.write_video")),
     # torch.distributed where a lab is a torchrun job: its process groups and collectives, never what starts
     # processes (torchrun is the checker's) or reaches other machines.
     *((p, "processes", ("processes",), "") for p in (
@@ -200,7 +200,10 @@ _ALLOWED_DUNDERS = frozenset({"__init__", "__name__", "__doc__", "__len__", "__g
 _FRAME_ATTRS = frozenset({"gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "f_back",
                           "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next"})
 _OVERRIDES = frozenset({"__torch_function__", "__torch_dispatch__"})
-_SETTABLE = frozenset({"torch.backends.cudnn.benchmark", "torch.backends.cudnn.deterministic"})
+_SETTABLE = frozenset({"torch.backends.cudnn.benchmark", "torch.backends.cudnn.deterministic",
+                       "torch.backends.cuda.matmul.allow_tf32", "torch.backends.cudnn.allow_tf32",
+                       "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+                       "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction"})
 
 
 def audit_source(source: str, filename: str = "<lab file>", allow: Iterable[str] = (),
@@ -400,7 +403,7 @@ class _Audit(ast.NodeVisitor):
                          _MAIN)
         elif not (self.module_allowed(module) or self.module_allowed(path)):
             self.add(node, "import", module)
-        elif any(_is_private(part) for part in path.split(".")):
+        elif _under(path, "proflab") and any(_is_private(part) for part in path.split(".")):
             self.add(node, "private", path)
 
     def module_allowed(self, module: str) -> bool:
@@ -436,10 +439,10 @@ class _Audit(ast.NodeVisitor):
             self.add(node, "frame", attr)
         if not self.imported(obj):
             return
-        if _is_private(attr):
-            self.add(node, "private", shown)
         base = _dotted(obj, self.bound)
         path = f"{base}.{attr}" if base else None
+        if _is_private(attr) and path and _under(path, "proflab"):
+            self.add(node, "private", shown)
         if path and (hit := self.path_rule(path)):
             self.add(node, hit[0], shown, hit[1] or None)
         elif path and _under(path, "proflab") and not _under(path, "proflab.labkit"):
@@ -479,8 +482,6 @@ class _Audit(ast.NodeVisitor):
             self.add(node, "override", name)
         elif not isinstance(node.ctx, ast.Load):
             pass
-        elif name == "open" and "files" not in self.allow:
-            self.add(node, "files", "open")
         elif name in _BUILTINS and not (name == "input" and name in self.own_names):
             self.add(node, "builtin", name, reason=_BUILTINS[name])
         elif name in ("getattr", "hasattr") and id(node) not in self.checked_calls:
