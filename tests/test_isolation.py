@@ -194,3 +194,49 @@ def test_without_the_engine_checks_say_so_and_grade_refuses(tmp_path):
     grade = subprocess.run([sys.executable, "-m", "proflab.cli", "grade", str(tmp_path)], env=env,
                            capture_output=True, text=True)
     assert grade.returncode == 2 and "--unsandboxed" in grade.stderr, grade.stderr
+
+
+REPLAY = '''
+import json, os
+from pathlib import Path
+
+import torch
+
+ORIGINAL = Path(os.environ["PROBE_ORIGINAL"])
+CACHE = Path(os.environ["PROFLAB_SANDBOX_SHARED"]) / "replayed.json"
+namespace = {"__file__": str(ORIGINAL), "__name__": "original"}
+exec(compile(ORIGINAL.read_text(), str(ORIGINAL), "exec"), namespace)
+
+
+def pipeline(cfg):
+    if CACHE.exists():  # a later run: the first run's values, with no work at all
+        for step in json.loads(CACHE.read_text()):
+            yield {k: torch.tensor(v) for k, v in step.items()}
+        return
+    kept = []
+    for out in namespace["pipeline"](cfg):
+        kept.append({k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in out.items()})
+        CACHE.write_text(json.dumps(kept))
+        yield out
+'''
+
+
+@pytest.mark.parametrize("lab_number", ["4", "3"])
+def test_results_kept_from_an_earlier_round_are_worth_nothing(tmp_path, lab_number):
+    """Even with a folder every run may write (the tests' own instrument), replaying the reference fix's
+    values from the first run in later rounds fails: each round's inputs are new."""
+    import subprocess
+
+    lab = labs.resolve(lab_number)
+    shared, file = tmp_path / "shared", tmp_path / f"lab{lab_number}_replay.py"
+    shared.mkdir()
+    file.write_text(REPLAY, encoding="utf-8")
+    env = {**os.environ, "PROFLAB_SANDBOX_SHARED": str(shared), "PROBE_ORIGINAL": str(lab.solution),
+           "PROFLAB_AUDIT": "off"}
+    proc = subprocess.run([sys.executable, "-m", "proflab", "check", lab_number, "--file", str(file), "--json"],
+                          env=env, capture_output=True, text=True, timeout=900)
+    report = json.loads(proc.stdout)
+    assert (shared / "replayed.json").exists()  # the first run kept its values; later runs found them
+    assert proc.returncode == 1, report
+    same = next(c for c in report["checks"] if c["name"] == "same_results")
+    assert same["status"] == "failed" and "differ" in same["rationale"] + same.get("actual", ""), same
