@@ -86,6 +86,12 @@ class Engine:
         setpriv = shutil.which("setpriv")
         return [setpriv, "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"] if setpriv else []
 
+    def at_least(self, major: int, minor: int) -> bool:
+        try:
+            return tuple(int(p) for p in self.version.split(".")[:2]) >= (major, minor)
+        except ValueError:
+            return False
+
     @property
     def owner(self) -> int | None:
         """The user the box's folders must belong to (None: this process's own)."""
@@ -230,8 +236,10 @@ class Box:
             if any(_inside(path, h) for h in _hidden()):
                 bind += ["--ro-bind", str(path), str(path)]
         bind += ["--bind", str(self.root), str(self.root)]
+        # (no user namespace of its own inside: bubblewrap 0.8 and later)
+        nested = ["--disable-userns"] if self.engine.at_least(0, 8) else []
         return [*self.engine.prefix(), self.engine.bwrap, *bind,
-                "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+                "--unshare-all", "--unshare-user", *nested, "--cap-drop", "ALL",
                 "--uid", str(NOBODY), "--gid", str(NOBODY),
                 "--die-with-parent", "--new-session", "--chdir", str(cwd), "--", *argv]
 
