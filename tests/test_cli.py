@@ -154,7 +154,8 @@ def _runner_processes(root) -> list[str]:
 
 
 def _a_run_started(root) -> bool:
-    return any(p.is_dir() for p in (root / ".proflab" / "tmp").glob("run-*"))
+    tmp = root / ".proflab" / "tmp"  # a run's folder: in its sandbox's box, or (unsandboxed) on its own
+    return any(p.is_dir() for p in [*tmp.glob("run-*"), *tmp.glob("box-*/run-*")])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])

@@ -165,7 +165,7 @@ def test_ctrl_c_during_a_check_stops_every_rank(fresh_kit):
     try:
         deadline = time.monotonic() + 90
         runs = fresh_kit.root / ".proflab" / "tmp"
-        while not any(runs.glob("run-*/pid-1")):  # rank 1 has started
+        while not any([*runs.glob("run-*/pid-1"), *runs.glob("box-*/run-*/pid-1")]):  # rank 1 has started
             assert time.monotonic() < deadline and proc.poll() is None, "the job never started"
             time.sleep(0.2)
         time.sleep(1)

@@ -255,8 +255,7 @@ def run(
                     stack_path=str(scratch / "stack-{rank}.txt"), pid_path=str(scratch / "pid-{rank}"),
                     launch_path=str(scratch / "launch.json"), all_threads=False)
     if box is not None:  # the sandbox's /tmp is its box's: caches and homes go there, fresh every run
-        env = {**env, **sandbox.RUN_ENV, "TORCHINDUCTOR_CACHE_DIR": str(box.folder("compile") / "inductor"),
-               "TRITON_CACHE_DIR": str(box.folder("compile") / "triton")}
+        env = {**env, **sandbox.RUN_ENV}
     service = None
     try:
         if lab.storage is not None:

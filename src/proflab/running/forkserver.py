@@ -157,7 +157,7 @@ class Server:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = mine
         self.log = tempfile.TemporaryFile()
-        self.box = sandbox.Box(Path(cwd or tempfile.gettempdir()), engine, keep=("compile",),
+        self.box = sandbox.Box(Path(cwd or tempfile.gettempdir()), engine, keep=("home",),
                                 expose=expose) if engine is not None else None
         # An empty folder to start in, and -P: no module is found in the folder the checker runs in.
         self.home = str(self.box.folder("home")) if self.box else tempfile.mkdtemp(prefix="forkserver-", dir=cwd)
@@ -341,6 +341,9 @@ class Server:
 
     def _remove_home(self) -> None:
         if self.box is not None:
+            from . import sandbox
+
+            sandbox.reap()
             self.box.remove()
             return
         try:

@@ -138,6 +138,7 @@ def engine() -> Engine:
         finally:
             if box is not None:
                 box.remove()
+            reap()
         if probe.returncode == 0:
             return found
         said = (probe.stderr.strip().splitlines() or ["no message"])[-1][:300]
@@ -236,6 +237,12 @@ class Box:
             if any(_inside(path, h) for h in _hidden()):
                 bind += ["--ro-bind", str(path), str(path)]
         bind += ["--bind", str(self.root), str(self.root)]
+        # The empty folders over what is hidden, and the sandbox's /dev, read-only: a run leaves nothing there
+        # for the next run of the same sandbox (its own folder, /tmp and /dev/shm are emptied after each run)
+        bind += ["--remount-ro", "/dev"]
+        for hidden in _hidden():
+            if hidden.is_dir():
+                bind += ["--remount-ro", str(hidden)]
         # (no user namespace of its own inside: bubblewrap 0.8 and later)
         nested = ["--disable-userns"] if self.engine.at_least(0, 8) else []
         return [*self.engine.prefix(), self.engine.bwrap, *bind,
@@ -244,14 +251,12 @@ class Box:
                 "--die-with-parent", "--new-session", "--chdir", str(cwd), "--", *argv]
 
     def wipe(self) -> None:
-        """Empty the box: every run's folder, and everything in /tmp and /dev/shm (the folders stay)."""
+        """Empty the box: every run's folder, and everything in /tmp, /dev/shm and the server's home (the
+        folders stay, and in /tmp the way to what is bound there)."""
         mounts = [_under("/tmp", p) for p in (*self.expose, self.root, *filter(None, [shared()]))]
         for entry in list(self.root.iterdir()):
             if entry.name in self.keep and entry.is_dir() and not entry.is_symlink():
-                if entry.name == "tmp":
-                    _empty(entry, [m for m in mounts if m])
-                elif entry.name == "shm":
-                    _empty(entry)
+                _empty(entry, [m for m in mounts if m] if entry.name == "tmp" else None)
                 continue
             _remove(entry)
 
@@ -297,6 +302,31 @@ def _remove(entry: Path) -> None:
         pass
 
 
+def reap() -> None:
+    """Collect the sandboxes' own processes that ended as this process's children: bubblewrap's first
+    process outlives the one that started it, and is re-parented here (this process is a child
+    subreaper, ``processes.become_subreaper``). Only zombies named bwrap: other children are waited for
+    by whoever started them."""
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        name, rest = text[text.find("(") + 1:text.rfind(")")], text.rsplit(")", 1)[1].split()
+        if name == "bwrap" and rest[0] == "Z" and int(rest[1]) == me:
+            try:
+                os.waitpid(int(entry), os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
 def namespace_of(pid: int) -> str | None:
     """The PID namespace a process is in (``pid:[inode]``), or None when it is gone."""
     try:
@@ -340,7 +370,9 @@ def members(namespace: str, leave_out: set[int]) -> list[int]:
 
 
 # What a sandboxed run's environment points at its own /tmp (the box's, emptied after every run).
-RUN_ENV = {"HOME": "/tmp", "TMPDIR": "/tmp", "XDG_CACHE_HOME": "/tmp/.cache", "MPLCONFIGDIR": "/tmp/.matplotlib"}
+RUN_ENV = {"HOME": "/tmp", "TMPDIR": "/tmp", "XDG_CACHE_HOME": "/tmp/.cache", "MPLCONFIGDIR": "/tmp/.matplotlib",
+           # torch.compile's caches too: a compiled fix compiles in every run, nothing kept from the one before
+           "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor", "TRITON_CACHE_DIR": "/tmp/triton"}
 
 
 def in_use() -> Engine | None:
