@@ -335,7 +335,7 @@ def check(
                     # data are verified and the file audited.
                     workdir = workdir or Path(file).resolve().parent
                     original = _original_copy(lab, work)
-                    execute.warm(lab, preload, str(original), original, lab.folder)
+                    execute.warm(lab, preload, original_role(lab), original, lab.folder, reads=original_reads())
                     execute.warm(lab, preload, str(learner), learner, workdir)
                     try:
                         data = prepare_data(lab)
@@ -343,8 +343,7 @@ def check(
                                workdir=workdir, work=work, shown_as=Path(file), data=data, preload=preload,
                                original=original)
                     finally:
-                        forkserver.retire(str(learner))
-                        forkserver.retire(str(original))
+                        forkserver.retire(str(learner))  # the original's server serves the next check too
             finally:
                 _publish_traces(lab, label, report)
                 name_the_file(report, learner, Path(file))
@@ -462,6 +461,18 @@ def name_the_file(report: Report, snapshot_path: Path, file: Path) -> None:
             c.details = [line.replace(where, str(file)) for line in c.details]
 
 
+def original_role(lab: labs.Lab) -> str:
+    """Whose server forks the lab's original: one per lab for a whole session (a class graded by
+    ``proflab grade``), in a sandbox of its own that no learner's run can reach."""
+    return f"original:{lab.slug}"
+
+
+def original_reads() -> tuple[Path, ...]:
+    """What the original's sandbox reads besides its lab: every check's copy of the original, in the kit's
+    scratch folder (the original is the kit's own code; no learner's run shares its sandbox)."""
+    return (paths.state_dir() / "tmp",)
+
+
 def _original_copy(lab: labs.Lab, work: Path) -> Path:
     """The check's copy of the lab's original, taken before anything runs."""
     try:
@@ -518,7 +529,8 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                                   # grows with the steps, and each round must compare the same)
                                   steps=None if first or lab.leaner else {"profile_steps": 0},
                                   preload=preload, seed=seeds.setdefault(round_no, round_seed()),
-                                  role=str(original) if which == "original" else str(file))
+                                  role=original_role(lab) if which == "original" else str(file),
+                                  reads=original_reads() if which == "original" else ())
         except errors.KitError as e:
             raise NotGraded(str(e)) from None
         if outcome.status == "kit":

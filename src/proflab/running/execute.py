@@ -158,6 +158,7 @@ def run(
     sys_path: list[str] | None = None,
     seed: int | None = None,
     role: str | None = None,
+    reads: tuple[Path, ...] = (),
 ) -> Outcome:
     """Run ``file`` (a version of ``lab``) once in a fresh process, in ``workdir`` (default: the file's folder).
 
@@ -167,6 +168,9 @@ def run(
 
     ``seed``: this run's inputs (``cfg.seed``, and the lab kit's data and
     weights, ``labkit.seed_for``); default: the lab's own.
+
+    ``reads``: folders the role's sandbox may read besides the file's own, its
+    working folder and the kit (for the original: every check's copy of it).
 
     ``preload``: what the fork server imports first (default: what ``lab``'s
     original and ``file`` import); a check passes the same for both versions,
@@ -193,7 +197,7 @@ def run(
     preload = preload if preload is not None else preload_for(lab.original, file)
     role = role or str(file.resolve())
     workdir = workdir or file.resolve().parent
-    expose = exposed(file, workdir, sys_path)
+    expose = exposed(file, workdir, sys_path) + tuple(reads)
     server, shared = forkserver.server_for(env, (storage.ENV_VAR,), preload, _scratch_dir(), role, engine,
                                            expose) if FORK else (None, False)
     box = None
@@ -331,12 +335,12 @@ def exposed(file: Path, workdir: Path, sys_path: list[str] | None = None) -> tup
 
 
 def warm(lab: labs.Lab, preload: tuple[str, ...], role: str, file: Path, workdir: Path,
-         sys_path: list[str] | None = None) -> None:
+         sys_path: list[str] | None = None, reads: tuple[Path, ...] = ()) -> None:
     """Inside a ``forkserver.session``: start the server the runs of ``file`` (``role``'s, in ``workdir``)
     will be forked from now, so that its imports overlap what the checker does before the first run."""
     if FORK:
         server, shared = forkserver.server_for(run_env(lab), (storage.ENV_VAR,), preload, _scratch_dir(), role,
-                                               sandbox.in_use(), exposed(file, workdir, sys_path))
+                                               sandbox.in_use(), exposed(file, workdir, sys_path) + tuple(reads))
         forkserver.done_with(server, shared)
 
 
