@@ -214,10 +214,13 @@ def pipeline(cfg):
             yield {k: torch.tensor(v) for k, v in step.items()}
         return
     kept = []
-    for out in namespace["pipeline"](cfg):
-        kept.append({k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in out.items()})
-        CACHE.write_text(json.dumps(kept))
-        yield out
+    try:
+        for out in namespace["pipeline"](cfg):
+            kept.append({k: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for k, v in out.items()})
+            yield out
+    finally:  # after its last step (no read of a value inside one): kept for the later rounds
+        CACHE.write_text(json.dumps([{k: (v.tolist() if isinstance(v, torch.Tensor) else v)
+                                      for k, v in step.items()} for step in kept]))
 '''
 
 
