@@ -102,7 +102,7 @@ def test_a_refused_file_fails_before_anything_runs(fresh_kit):
                                 "faster": "skipped"}
     runs = failed_check(report)
     assert "the checker refuses to run lab1_env_latency.py: line" in runs["rationale"]
-    assert any("import os" in line for line in runs["details"]), runs
+    assert any("os.environ" in line and "(patch)" in line for line in runs["details"]), runs
     assert report["refused"] and report["audited"] is True
     assert report["timings"] == {"original": [], "learner": []}
     assert report["duration_s"] < 10
