@@ -553,7 +553,6 @@ def _refuse_unsandboxed(args, command: str) -> None:
         raise UsageError(f"runs cannot be sandboxed on this machine ({engine.why}). `proflab {command}` runs "
                          "other people's code: install bubblewrap, or accept unsandboxed runs with "
                          "--unsandboxed (the records then say so)")
-    sandbox.allow_unsandboxed()
     err.print(f"[yellow]note:[/] runs are unsandboxed ({escape(engine.why)}); every record says so.")
 
 

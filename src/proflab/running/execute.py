@@ -892,45 +892,39 @@ def _busy_beside(marks: Marks, window_s: float) -> str:
     return ""
 
 
+def _cpu_s(stat_path: str, waited_for: bool = False) -> float | None:
+    """CPU seconds (user and system) from a /proc ``stat`` file, and with ``waited_for`` those of the children
+    the process has waited for; None when it is gone."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+        return sum(int(f) for f in fields[11:15 if waited_for else 13]) / tick
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _tree_cpu_s(tree: processes.Tree) -> float:
     """CPU seconds used so far by every process of the run, with every thread, and the children its
     processes have waited for (a compiler's, say), from /proc."""
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    total = 0
-    for pid in tree.scan():
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / tick
+    return sum(_cpu_s(f"/proc/{pid}/stat", waited_for=True) or 0.0 for pid in tree.scan())
 
 
 def _cpu_by_task(tree: processes.Tree) -> dict[str, float]:
     """CPU seconds used so far by each thread of the run's process ("main" for the one running the steps)
     and each other process it started ("proc:PID"), from /proc; empty where there is no /proc."""
     pid = tree.root
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     used: dict[str, float] = {}
-
-    def cpu_of(stat_path: str) -> float | None:
-        try:
-            fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / tick
-        except (OSError, ValueError, IndexError):
-            return None
-
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return used
     for tid in tids:
-        cpu = cpu_of(f"/proc/{pid}/task/{tid}/stat")
+        cpu = _cpu_s(f"/proc/{pid}/task/{tid}/stat")
         if cpu is not None:
             used["main" if int(tid) == pid else f"tid {tid}"] = cpu
     for other in tree.scan():
         if other != pid:
-            cpu = cpu_of(f"/proc/{other}/stat")
+            cpu = _cpu_s(f"/proc/{other}/stat")
             if cpu is not None:
                 used[f"proc:{other}"] = cpu
     return used

@@ -208,14 +208,8 @@ class Server:
         sandbox's first process, which starts the server."""
         from . import sandbox
 
-        def children(pid: int) -> list[int]:
-            try:
-                return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-            except (OSError, ValueError):
-                return []
-
-        for init in children(self.proc.pid):
-            for server in children(init):
+        for init in sandbox.children(self.proc.pid):
+            for server in sandbox.children(init):
                 self.init_pid, self.pid = init, server
                 self.namespace = sandbox.namespace_of(server)
                 return self.namespace is not None
@@ -353,11 +347,10 @@ class Server:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    from .processes import stat
+
+    info = stat(pid)
+    return info is not None and info[4] not in ("Z", "X")
 
 
 def _scheduling(pid: int | None) -> tuple | None:

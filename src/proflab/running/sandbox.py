@@ -148,19 +148,6 @@ def engine() -> Engine:
     return Engine(False, f"bubblewrap could not start a sandbox here: {said}", bwrap)
 
 
-# Set by a command's --unsandboxed (grade, gate) once its user has accepted unsandboxed runs.
-_allowed_without = False
-
-
-def allow_unsandboxed() -> None:
-    global _allowed_without
-    _allowed_without = True
-
-
-def unsandboxed_allowed() -> bool:
-    return _allowed_without
-
-
 def _hidden() -> list[Path]:
     """Folders a run must not read, hidden behind empty ones: the kit's state (other runs' boxes, the
     check's workspace, progress) and the published traces."""
@@ -335,17 +322,21 @@ def namespace_of(pid: int) -> str | None:
         return None
 
 
+def children(pid: int) -> list[int]:
+    """The PIDs of a process's children, as this process sees them (from /proc)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
 def host_pid(parent: int, ns_pid: int) -> int | None:
     """The PID, as this process sees it, of the child of ``parent`` whose PID is ``ns_pid`` in its sandbox."""
-    try:
-        children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-    except OSError:
-        children = []
-    for child in children:
+    for child in children(parent):
         try:
             for line in Path(f"/proc/{child}/status").read_text().splitlines():
                 if line.startswith("NSpid:") and int(line.split()[-1]) == ns_pid:
-                    return int(child)
+                    return child
         except (OSError, ValueError):
             continue
     return None
@@ -353,18 +344,15 @@ def host_pid(parent: int, ns_pid: int) -> int | None:
 
 def members(namespace: str, leave_out: set[int]) -> list[int]:
     """Every live process in PID namespace ``namespace`` but ``leave_out`` (the sandbox's init, its server)."""
-    found = []
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return found
+        return []
+    found = []
     for entry in entries:
         if entry.isdigit() and int(entry) not in leave_out and namespace_of(int(entry)) == namespace:
-            try:
-                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            if state not in ("Z", "X"):
+            info = processes.stat(int(entry))
+            if info is not None and info[4] not in ("Z", "X"):
                 found.append(int(entry))
     return found
 
