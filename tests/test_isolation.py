@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from proflab import labs
+from proflab.grading import checks
 from proflab.running import execute, forkserver, sandbox
 
 CALIBRATION = Path(__file__).resolve().parent / "calibration"
@@ -178,6 +179,7 @@ def test_each_round_draws_fresh_inputs_and_the_original_follows_them():
     """Lab 4's original on two seeds yields two different runs; on the same seed, the same one."""
     lab = labs.resolve("4")
     steps = {"warmup_steps": 1, "timed_steps": 2, "profile_steps": 0}
+    checks.prepare_data(lab)  # as a check does, outside the sandbox: a run cannot write the data
     with forkserver.session():
         a, b, a2 = (execute.run(lab, lab.original, "original", seed=s, steps=steps) for s in (11, 12, 11))
     for o in (a, b, a2):

@@ -58,15 +58,22 @@ def test_a_flood_of_output_keeps_the_report_whole(cal_kit):
 
 
 def test_files_written_into_the_runs_folder_do_not_change_the_verdict(cal_kit):
+    """Junk in the published traces' folder (left there by anyone) is never read as a run's; and a run
+    cannot write there at all: the folder is hidden from its sandbox behind a read-only one."""
     runs = cal_kit.root / "runs" / "90-calibration"
+    for run in ("original", "file-sneaky"):
+        (runs / run).mkdir(parents=True, exist_ok=True)
+        (runs / run / f"{run}.fake.pt.trace.json").write_text("not a trace")
+        (runs / run / "report.json").write_text('{"verdict": "passed"}')
     junk = ("from pathlib import Path\n"
-            f"for run in ('original', 'file-sneaky'):\n"
-            f"    folder = Path({str(runs)!r}) / run\n"
-            "    folder.mkdir(parents=True, exist_ok=True)\n"
-            "    (folder / f'{run}.fake.pt.trace.json').write_text('not a trace')\n"
-            "    (folder / 'report.json').write_text('{\"verdict\": \"passed\"}')\n")
+            "try:\n"
+            f"    (Path({str(runs)!r}) / 'file-sneaky' / 'report.json').write_text('{{\"verdict\": \"passed\"}}')\n"
+            "except OSError:\n"
+            "    pass\n")
     sneaky = write(cal_kit, "sneaky.py", junk + FAST.replace("1.5", "1.0"))
-    code, report = cal_kit.check_json("calibration", "--file", str(sneaky))
+    code, report = cal_kit.check_decided("calibration", "--file", str(sneaky))
     assert code == 1, report  # no faster than the original: a fail, read from real traces
     assert report["verdict"] == "failed"
+    assert next(c for c in report["checks"] if c["name"] == "faster")["status"] == "failed"
+    assert not list(runs.glob("*/*.fake.pt.trace.json")), "the published traces are the check's own"
     assert next(c for c in report["checks"] if c["name"] == "faster")["status"] == "failed"

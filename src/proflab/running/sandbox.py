@@ -332,13 +332,17 @@ def children(pid: int) -> list[int]:
 
 def host_pid(parent: int, ns_pid: int) -> int | None:
     """The PID, as this process sees it, of the child of ``parent`` whose PID is ``ns_pid`` in its sandbox."""
-    for child in children(parent):
-        try:
-            for line in Path(f"/proc/{child}/status").read_text().splitlines():
-                if line.startswith("NSpid:") and int(line.split()[-1]) == ns_pid:
-                    return child
-        except (OSError, ValueError):
-            continue
+    return next((child for child in children(parent) if inner_pid(child) == ns_pid), None)
+
+
+def inner_pid(pid: int) -> int | None:
+    """The PID process ``pid`` has in its own (innermost) PID namespace: in its sandbox, or ``pid`` itself."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
     return None
 
 

@@ -29,6 +29,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from . import sandbox
+
 # Per-run timing fields of a rank's result (execute._from_outside): the job's are its slowest rank's.
 TIMING = ("step_times", "all_step_s", "window_s", "outside_window_s", "mean_step_s", "span_s", "compile_s",
           "first_step_s", "counted_steps", "profiled_step_s", "profiled_steps_s", "wall_window", "reported")
@@ -118,15 +120,18 @@ def lost_a_peer(message: str) -> bool:
 
 
 def ask_where(scratch: Path, nproc: int, alive: set[int]) -> None:
-    """Ask every rank still alive (one of ``alive``, the run's processes) for its Python stack."""
+    """Ask every rank still alive (one of ``alive``, the run's processes, as this process sees them) for
+    its Python stack. A rank writes its PID as its sandbox numbers it: only a PID that one of ``alive``
+    has inside is signalled, and by the number it has here."""
     import signal
 
+    here = {sandbox.inner_pid(pid): pid for pid in alive}
     for rank in range(nproc):
         try:
-            pid = int((scratch / f"pid-{rank}").read_text())
+            pid = here.get(int((scratch / f"pid-{rank}").read_text()))
         except (OSError, ValueError):
             continue
-        if pid in alive:
+        if pid is not None:
             try:
                 os.kill(pid, signal.SIGUSR1)
             except OSError:
