@@ -339,6 +339,7 @@ def check(
                     execute.warm(lab, preload, str(learner), learner, workdir)
                     try:
                         data = prepare_data(lab)
+                        forkserver.settle()
                         _grade(lab, learner, label, device, rounds, timeout, report, on_progress,
                                workdir=workdir, work=work, shown_as=Path(file), data=data, preload=preload,
                                original=original)
@@ -371,7 +372,10 @@ def prepare_data(lab: labs.Lab) -> Path | None:
     from ..labkit import DataError, prepare
 
     try:
-        return Path(prepare(lab.data, paths.data_dir()))
+        # Where runs are sandboxed they cannot write the kit's state, which keeps what the last
+        # preparation found: the data is then checked without importing its module (and torch)
+        memo = paths.state_dir() / "data-ready.json" if sandbox.engine().ok else None
+        return Path(prepare(lab.data, paths.data_dir(), memo))
     except (DataError, OSError) as e:
         raise NotGraded(f"lab {lab.number}'s data is not ready ({e}); run `proflab data` to see why") from None
 

@@ -431,6 +431,16 @@ def server_for(env: dict[str, str], leave_out: tuple[str, ...] = (), preload: tu
     return server, False
 
 
+def settle() -> None:
+    """Wait until every server of the session has imported what it preloads (or failed to): the first
+    timed run of one version then never shares the machine with the other's imports."""
+    with _lock:
+        servers = list(_sessions[-1].values()) if _sessions else []
+    for server in servers:
+        if server.ready is None:
+            server.wait_ready()
+
+
 def retire(role: str) -> None:
     """Close the session's servers of ``role`` (a file whose check has ended): a class of two hundred
     does not keep two hundred servers, nor their sandboxes."""
@@ -591,3 +601,6 @@ def _max_fd() -> int:
 
 if __name__ == "__main__":
     _serve(int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3:4] == ["sandboxed"])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # at once: tearing down the interpreter with torch imported takes a second, for nothing
