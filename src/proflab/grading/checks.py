@@ -372,9 +372,9 @@ def prepare_data(lab: labs.Lab) -> Path | None:
     from ..labkit import DataError, prepare
 
     try:
-        # Where runs are sandboxed they cannot write the kit's state, which keeps what the last
+        # Where runs are sandboxed they cannot write the data folder, which keeps what the last
         # preparation found: the data is then checked without importing its module (and torch)
-        memo = paths.state_dir() / "data-ready.json" if sandbox.engine().ok else None
+        memo = paths.data_dir() / ".prepared.json" if sandbox.engine().ok else None
         return Path(prepare(lab.data, paths.data_dir(), memo))
     except (DataError, OSError) as e:
         raise NotGraded(f"lab {lab.number}'s data is not ready ({e}); run `proflab data` to see why") from None
