@@ -57,6 +57,8 @@ SHARED_ENV = "PROFLAB_SANDBOX_SHARED"
 def shared() -> Path | None:
     given = os.environ.get(SHARED_ENV)
     return Path(given).resolve() if given and Path(given).is_dir() else None
+
+
 PROBE_TIMEOUT_S = 30.0
 
 
