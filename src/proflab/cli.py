@@ -943,6 +943,13 @@ def main(argv: list[str] | None = None) -> int:
             break
         except KeyboardInterrupt:
             code = 130
+    if argv is None:  # and it ends here, with its exit code: a stop that raced the interpreter's own shutdown
+        for stream in (sys.stdout, sys.stderr):  # could otherwise end it by the signal (exit status -2)
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
     return code
 
 
