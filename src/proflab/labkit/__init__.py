@@ -398,7 +398,8 @@ def prepare(spec: str, data_dir: Path, memo: Path | None = None) -> Path:
     """
     data_dir = Path(data_dir)
     source = _source_sha256(spec)
-    known = _memo(memo).get(spec, {}) if memo is not None and source else {}
+    remembered = _memo(memo) if source else {}
+    known = remembered.get(spec, {})
     if known.get("source") == source and known.get("data_dir") == str(data_dir):
         root = data_dir / known.get("folder", "")
         if known.get("folder") and inspect(root, known.get("format", ""))[0] is None:
@@ -413,7 +414,7 @@ def prepare(spec: str, data_dir: Path, memo: Path | None = None) -> Path:
         _outcomes.reset(token)
     if memo is not None and source and len(seen) == 1 and seen[0].folder.parent == data_dir == root.parent:
         with contextlib.suppress(OSError):
-            kept = {**_memo(memo), spec: {"source": source, "data_dir": str(data_dir),
+            kept = {**remembered, spec: {"source": source, "data_dir": str(data_dir),
                                           "folder": root.name, "format": seen[0].version}}
             memo.parent.mkdir(parents=True, exist_ok=True)
             tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
