@@ -36,7 +36,7 @@ def test_a_clear_speedup_is_called_after_the_base_rounds(cal_kit, tmp_path, monk
     code, report = check_with(cal_kit, tmp_path, "1.5", monkeypatch)
     assert code == 0, explain(report)
     cmp = report["comparison"]
-    assert cmp["rounds"] == 3
+    assert cmp["rounds"] == 3, explain(report)
     assert report["stopped"] == "decided"
     assert cmp["speedup"] == pytest.approx(1.5, rel=0.05)
     assert cmp["ci_low"] >= 1.2 and cmp["ci_high"] >= cmp["speedup"]

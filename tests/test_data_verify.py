@@ -11,6 +11,7 @@ are skipped, saying why, where this machine does not let the tests mount.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -284,3 +285,60 @@ def test_processes_racing_to_repair_a_copy_all_get_the_whole_data(tmp_path, buil
     assert all(out.strip() == "2048" for out, _ in results), results
     assert_like_built(kit, built)
     assert not [p for p in (kit.root / "data").iterdir() if p.name.startswith(".")]
+
+
+# --- what the last preparation found, kept for the checker ----------------------------------------
+
+# Prepares one lab's data as a check does, then says where, and whether that imported torch.
+PREPARE = ("import json, sys; from pathlib import Path; from proflab.labkit import prepare; "
+           "print(json.dumps([str(prepare(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]))), "
+           "'torch' in sys.modules]))")
+FEATURES = "proflab.labkit.classify:ensure_features"  # lab 4's data: one file and READY
+
+
+def prepared(data: Path, memo: Path) -> tuple[str, bool]:
+    proc = subprocess.run([sys.executable, "-c", PREPARE, FEATURES, str(data), str(memo)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    folder, imported = json.loads(proc.stdout)
+    return folder, imported
+
+
+def test_a_check_finds_its_data_ready_without_importing_torch_from_any_kit_that_shares_it(tmp_path, built):
+    kit = copied(tmp_path / "kit", built)
+    data, memo = kit.root / "data", kit.root / "data" / ".prepared.json"
+    assert prepared(data, memo) == (str(data / "features"), True)  # no memo yet: the preparer itself
+    assert json.loads(memo.read_text())[FEATURES]["data_dir"] == str(data.resolve())
+    assert prepared(data, memo) == (str(data / "features"), False)
+    # A kit whose data/ links to this one's (the tests' kits, a moved kit) reads the same memo.
+    other = make_kit(tmp_path / "other")
+    (other.root / "data").symlink_to(data)
+    assert prepared(other.root / "data", other.root / "data" / ".prepared.json") == \
+        (str(other.root / "data" / "features"), False)
+    assert_like_built(kit, built)
+
+
+@pytest.mark.parametrize("damage", ["file removed", "file cut short", "other source", "memo garbled",
+                                    "memo of another folder"])
+def test_the_memo_is_only_believed_while_the_data_and_the_preparer_are_as_it_says(tmp_path, built, damage):
+    kit = copied(tmp_path, built)
+    data, memo = kit.root / "data", kit.root / "data" / ".prepared.json"
+    prepared(data, memo)
+    features = data / "features" / "features.pt"
+    kept = json.loads(memo.read_text())
+    if damage == "file removed":
+        features.unlink()
+    elif damage == "file cut short":
+        features.write_bytes(features.read_bytes()[:1000])
+    elif damage == "other source":
+        kept[FEATURES]["source"] = "0" * 64
+    elif damage == "memo garbled":
+        memo.write_text("{ not json")
+    else:
+        kept[FEATURES]["data_dir"] = str(tmp_path / "elsewhere")
+    if damage in ("other source", "memo of another folder"):
+        memo.write_text(json.dumps(kept))
+    assert prepared(data, memo) == (str(data / "features"), True)  # checked by the preparer, repaired
+    assert_like_built(kit, built)
+    assert json.loads(memo.read_text())[FEATURES]["data_dir"] == str(data.resolve())
+    assert prepared(data, memo)[1] is False

@@ -397,10 +397,11 @@ def prepare(spec: str, data_dir: Path, memo: Path | None = None) -> Path:
     per file.
     """
     data_dir = Path(data_dir)
+    where = _resolved(data_dir)  # a kit whose data/ links to another's shares that one's memo
     source = _source_sha256(spec)
     remembered = _memo(memo) if source else {}
     known = remembered.get(spec, {})
-    if known.get("source") == source and known.get("data_dir") == str(data_dir):
+    if known.get("source") == source and known.get("data_dir") == where:
         root = data_dir / known.get("folder", "")
         if known.get("folder") and inspect(root, known.get("format", ""))[0] is None:
             return root
@@ -412,15 +413,23 @@ def prepare(spec: str, data_dir: Path, memo: Path | None = None) -> Path:
         raise _failed(spec, e, None) from None
     finally:
         _outcomes.reset(token)
-    if memo is not None and source and len(seen) == 1 and seen[0].folder.parent == data_dir == root.parent:
+    if memo is not None and source and len(seen) == 1 and \
+            _resolved(seen[0].folder.parent) == where == _resolved(root.parent):
         with contextlib.suppress(OSError):
-            kept = {**remembered, spec: {"source": source, "data_dir": str(data_dir),
+            kept = {**remembered, spec: {"source": source, "data_dir": where,
                                           "folder": root.name, "format": seen[0].version}}
             memo.parent.mkdir(parents=True, exist_ok=True)
             tmp = memo.with_name(f".{memo.name}.{os.getpid()}")
             tmp.write_text(json.dumps(kept, indent=1), encoding="utf-8")
             os.replace(tmp, memo)
     return root
+
+
+def _resolved(folder: Path) -> str:
+    try:
+        return str(Path(folder).resolve())
+    except (OSError, RuntimeError):
+        return str(folder)
 
 
 def _source_sha256(spec: str) -> str:
