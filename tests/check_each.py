@@ -5,10 +5,11 @@
 SPEC.json lists ``{"lab": "1", "file": "/path/to/attempt.py", "audited": false}``; OUT.json gets, in the
 same order, each file's report exactly as ``proflab check LAB --file FILE --json`` prints it. Every
 check is ``checks.check``, the function behind ``proflab check``, run one after another inside one fork
-server session: torch is imported once per lab and environment for the whole batch, not once per check
-(``proflab grade`` does the same for a class). Each run is still a fresh process forked from a server
-that never ran a lab file. The command line around a check (its options, its exit code, its terminal
-report) is tested through ``proflab check`` itself, elsewhere.
+server session: the original's server imports torch once per lab and environment for the whole batch,
+and each file's server imports beside the one before it (``staging.ahead``), as ``proflab grade`` does
+for a class. Each run is still a fresh process forked from a server that never ran a lab file. The
+command line around a check (its options, its exit code, its terminal report) is tested through
+``proflab check`` itself, elsewhere.
 
 Run with ``PROFLAB_ROOT`` naming the kit, like the command. Exit status 0 once every report is written.
 """
@@ -20,19 +21,29 @@ import sys
 from pathlib import Path
 
 from proflab import cli, labs
-from proflab.grading import checks
+from proflab.grading import checks, staging
 from proflab.reporting import report
 from proflab.running import forkserver
 
 
 def main(spec_path: str, out_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    items = [(labs.resolve(str(item["lab"])), Path(item["file"]).resolve(), item.get("audited", True))
+             for item in spec]
     reports = []
     with forkserver.session():
-        for item in spec:
-            lab, file = labs.resolve(str(item["lab"])), Path(item["file"]).resolve()
-            result = checks.check(lab, file, label=cli._label(lab, file), audited=item.get("audited", True))
-            reports.append(json.loads(report.to_json(result)))
+        ahead = None
+        try:
+            for n, (lab, file, audited) in enumerate(items):
+                mine, ahead = ahead, None
+                if mine is None and n + 1 < len(items):  # two by two: the next file's server imports now
+                    mine = staging.ahead(lab, file)
+                    ahead = staging.ahead(*items[n + 1][:2])
+                result = checks.check(lab, file, label=cli._label(lab, file), audited=audited, staged=mine)
+                reports.append(json.loads(report.to_json(result)))
+        finally:
+            if ahead is not None:
+                ahead.close()
     Path(out_path).write_text(json.dumps(reports), encoding="utf-8")
     return 0
 

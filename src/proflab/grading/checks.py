@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -33,6 +31,8 @@ from . import compare
 from .. import errors, labs, paths
 from ..running import execute, forkserver, sandbox
 from ..labs import format_value
+from .staging import (NotGraded, Stage, original_reads, original_role, prepare_data, snapshot, stage,  # noqa: F401
+                      unreadable, workspace)
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 INCONCLUSIVE = "inconclusive"  # too noisy to call either way: neither a pass nor a fail
@@ -181,44 +181,6 @@ def trace_dir(lab: labs.Lab, label: str) -> Path:
     return paths.runs_dir() / lab.slug / label
 
 
-class NotGraded(Exception):
-    """The kit or the machine failed during a check (a full disk, lab data that cannot be built)."""
-
-
-@contextmanager
-def workspace(prefix: str):
-    """A private scratch folder under ``.proflab/tmp``, removed afterwards; a kit error if it cannot be made."""
-    try:
-        root = paths.state_dir() / "tmp"
-        root.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
-    except OSError as e:
-        raise NotGraded(errors.describe(e, "make a scratch folder in")) from None
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def unreadable(file: Path, e: OSError) -> str:
-    """Why a file to be graded cannot be: said of the file as the learner named it."""
-    return (f"{file} does not exist" if isinstance(e, FileNotFoundError) else
-            f"{file} is a folder, not a file" if isinstance(e, IsADirectoryError) else
-            f"{file} could not be read: {e.strerror or e}")
-
-
-def snapshot(file: Path, folder: Path) -> Path:
-    """A copy of ``file`` taken now: what is graded, even if the file is saved again during the check."""
-    copy = folder / file.name
-    data = Path(file).read_bytes()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        copy.write_bytes(data)
-    except OSError as e:
-        raise NotGraded(errors.describe(e, "write")) from None
-    return copy
-
-
 def where_to_look(lab: labs.Lab) -> str:
     return f"run `proflab hint {lab.name}` for a hint, and `proflab tensorboard` to compare the traces"
 
@@ -295,6 +257,7 @@ def check(
     on_progress: Progress = lambda message: None,
     audited: bool = True,
     workdir: Path | None = None,
+    staged: Stage | None = None,
 ) -> Report:
     """Grade ``file`` against ``lab``'s original. Never raises for a learner's mistake.
 
@@ -306,7 +269,9 @@ def check(
 
     ``audited=False`` skips the source audit; the kit's own tests use it to
     show that the checks after it catch what it would have refused. The
-    report says so.
+    report says so. ``staged``: the check, set up ahead of its turn
+    (``staging.stage``, for the same ``lab``, ``file`` and ``workdir``,
+    inside the same ``forkserver.session``); it is closed with the check.
     """
     if lab.gating is not None:  # lab 7: the exercise is a gate's settings, run on a known fix
         from . import gate_lab
@@ -320,34 +285,26 @@ def check(
     rounds = rounds or lab.workload.rounds
     timeout = timeout_s or lab.workload.timeout_s
     try:
-        with workspace("check-") as work:
+        with forkserver.session():  # torch is imported once for the check's runs, not once each
+            staged = staged or stage(lab, file, workdir)  # both versions' servers start importing now
             try:
-                learner = snapshot(file, work / "learner")
-            except OSError as e:
-                report.verdict, report.error = "error", unreadable(file, e)
-                return report
-            report.file_sha256 = labs.sha256(learner)
-            try:
-                with forkserver.session():  # torch is imported once for the check's runs, not once each
-                    preload = execute.preload_for(lab.original, learner)
-                    # Each version's runs are forked from a server of its own, in a sandbox of its own:
-                    # the learner's runs never reach the original's. Both start importing now, while the
-                    # data are verified and the file audited.
-                    workdir = workdir or Path(file).resolve().parent
-                    original = _original_copy(lab, work)
-                    execute.warm(lab, preload, original_role(lab), original, lab.folder, reads=original_reads())
-                    execute.warm(lab, preload, str(learner), learner, workdir)
-                    try:
-                        data = prepare_data(lab)
-                        forkserver.settle()
-                        _grade(lab, learner, label, device, rounds, timeout, report, on_progress,
-                               workdir=workdir, work=work, shown_as=Path(file), data=data, preload=preload,
-                               original=original)
-                    finally:
-                        forkserver.retire(str(learner))  # the original's server serves the next check too
+                if staged.error:
+                    report.verdict, report.error = "error", staged.error
+                    return report
+                report.file_sha256 = labs.sha256(staged.learner)
+                try:
+                    # While the servers import, the data are verified and the file audited; the first
+                    # timed run waits for every server of the session to be ready.
+                    data = prepare_data(lab)
+                    forkserver.settle()
+                    _grade(lab, staged.learner, label, device, rounds, timeout, report, on_progress,
+                           workdir=staged.workdir, work=staged.work, shown_as=Path(file), data=data,
+                           preload=staged.preload, original=staged.original)
+                finally:
+                    _publish_traces(lab, label, report)
+                    name_the_file(report, staged.learner, Path(file))
             finally:
-                _publish_traces(lab, label, report)
-                name_the_file(report, learner, Path(file))
+                staged.close()
     except NotGraded as e:
         report.verdict = "error"
         report.error = f"{e}. This is the kit's or the machine's failure, not your fix's"
@@ -363,21 +320,6 @@ def round_seed() -> int:
     import secrets
 
     return secrets.randbelow(2**31 - 1) + 1
-
-
-def prepare_data(lab: labs.Lab) -> Path | None:
-    """The lab's data, verified by content (and rebuilt if a copy is incomplete), before any run."""
-    if not lab.data:
-        return None
-    from ..labkit import DataError, prepare
-
-    try:
-        # Where runs are sandboxed they cannot write the data folder, which keeps what the last
-        # preparation found: the data is then checked without importing its module (and torch)
-        memo = paths.data_dir() / ".prepared.json" if sandbox.engine().ok else None
-        return Path(prepare(lab.data, paths.data_dir(), memo))
-    except (DataError, OSError) as e:
-        raise NotGraded(f"lab {lab.number}'s data is not ready ({e}); run `proflab data` to see why") from None
 
 
 def fingerprint(folder: Path | None) -> dict[str, tuple[int, int, int]]:
@@ -465,32 +407,10 @@ def name_the_file(report: Report, snapshot_path: Path, file: Path) -> None:
             c.details = [line.replace(where, str(file)) for line in c.details]
 
 
-def original_role(lab: labs.Lab) -> str:
-    """Whose server forks the lab's original: one per lab for a whole session (a class graded by
-    ``proflab grade``), in a sandbox of its own that no learner's run can reach."""
-    return f"original:{lab.slug}"
-
-
-def original_reads() -> tuple[Path, ...]:
-    """What the original's sandbox reads besides its lab: every check's copy of the original, in the kit's
-    scratch folder (the original is the kit's own code; no learner's run shares its sandbox)."""
-    return (paths.state_dir() / "tmp",)
-
-
-def _original_copy(lab: labs.Lab, work: Path) -> Path:
-    """The check's copy of the lab's original, taken before anything runs."""
-    try:
-        return snapshot(lab.original, work / "original")
-    except OSError as e:
-        raise NotGraded(f"the lab's original {paths.display(lab.original)} cannot be read ({e.strerror or e})") \
-            from None
-
-
 def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progress: Progress, *,
-           workdir: Path, work: Path, shown_as: Path, data: Path | None = None,
-           preload: tuple[str, ...] | None = None, original: Path | None = None) -> None:
+           workdir: Path, work: Path, shown_as: Path, original: Path, data: Path | None = None,
+           preload: tuple[str, ...] | None = None) -> None:
     runs, same, proof, faster = (report.check(n) for n, *_ in CHECKS)
-    original = original or _original_copy(lab, work)
     data_print = fingerprint(data)
     if labs.sha256(original) != lab.original_sha256:
         report.verdict = "error"

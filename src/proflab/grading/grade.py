@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from . import checks
+from . import checks, staging
 from ..running import forkserver, processes
 from .. import labs, paths
 
@@ -342,47 +342,89 @@ def grade(
 def _grade_each(found: Found, label: dict[str, str], graded: list[Graded], device: str, rounds: int | None,
                 timeout_s: float | None, on_start: Started, on_progress: checks.Progress, on_done: Finished,
                 journal: "Journal | None") -> int:
-    """Grade the submissions in turn into ``graded``, until done or interrupted; how many were resumed."""
+    """Grade the submissions in turn into ``graded``, until done or interrupted; how many were resumed.
+
+    Two by two: a submission whose check was not set up ahead sets up the next one's beside its own, so
+    that the next learner's server imports torch while this one's does (``staging``)."""
     resumed = 0
     total = len(found.submissions)
-    for i, sub in enumerate(found.submissions, 1):
-        try:
-            report = journal.done(sub.shown, sub.path) if journal else None
-            if report is not None:
-                resumed += 1
-            else:
-                on_start(i, total, sub)
-                report = _check(sub, label[sub.learner], device, rounds, timeout_s, on_progress)
-                if journal is not None:
-                    with processes.shielded():  # a verdict is journaled whole, or not at all
-                        journal.add(sub.shown, sub.path, report)
-            item = Graded(sub, report, score(report, sub.lab.grading))
-            graded.append(item)
-            on_done(i, total, item)
-        except KeyboardInterrupt:  # whatever it interrupted, what was graded is kept (and journaled)
-            break
+    todo = [sub for sub in found.submissions if not (journal and journal.done(sub.shown, sub.path))]
+    ahead: Turn | None = None
+    try:
+        for i, sub in enumerate(found.submissions, 1):
+            mine = None
+            try:
+                report = journal.done(sub.shown, sub.path) if journal else None
+                if report is not None:
+                    resumed += 1
+                else:
+                    on_start(i, total, sub)
+                    mine, ahead = (ahead, None) if ahead is not None and ahead.sub is sub else (None, ahead)
+                    if mine is None:
+                        mine = Turn.of(sub, label[sub.learner])
+                        later = todo[todo.index(sub) + 1:] if sub in todo else []
+                        if later and ahead is None:
+                            ahead = Turn.of(later[0], label[later[0].learner])
+                    report = mine.check(device, rounds, timeout_s, on_progress)
+                    if journal is not None:
+                        with processes.shielded():  # a verdict is journaled whole, or not at all
+                            journal.add(sub.shown, sub.path, report)
+                item = Graded(sub, report, score(report, sub.lab.grading))
+                graded.append(item)
+                on_done(i, total, item)
+            except KeyboardInterrupt:  # whatever it interrupted, what was graded is kept (and journaled)
+                if mine is not None:
+                    mine.close()
+                break
+    finally:
+        if ahead is not None:
+            ahead.close()
     return resumed
 
 
-def _check(sub: Submission, label: str, device: str, rounds: int | None, timeout_s: float | None,
-           on_progress: checks.Progress) -> checks.Report:
-    """``checks.check`` on a copy of the submission in an empty scratch folder, run there: what the
-    program writes next to itself (or over itself) lands in the scratch folder, never in the class
-    folder. The report names the learner's file."""
-    try:
-        with checks.workspace(f"{label}-") as scratch:
-            copy = scratch / sub.path.name
-            try:
-                shutil.copyfile(sub.path, copy)
-            except OSError as e:
-                report = _not_graded(sub, label, f"{sub.shown} could not be read: {e.strerror or e}")
-            else:
-                report = checks.check(sub.lab, copy, label=label, device=device, rounds=rounds,
-                                      timeout_s=timeout_s, on_progress=on_progress, workdir=scratch)
-                checks.name_the_file(report, copy, sub.path)
+class Turn:
+    """A submission's turn: a copy of it in an empty scratch folder, where ``checks.check`` runs it (what
+    the program writes next to itself, or over itself, lands there, never in the class folder), and its
+    check set up (``staging.ahead``). The report names the learner's file."""
+
+    def __init__(self, sub: Submission, label: str, scratch: Path | None, why: str = ""):
+        self.sub, self.label, self.scratch, self.why = sub, label, scratch, why
+        self.copy = scratch / sub.path.name if scratch is not None else None
+        self.staged: staging.Stage | None = None
+
+    @classmethod
+    def of(cls, sub: Submission, label: str) -> "Turn":
+        try:
+            scratch = staging.new_workspace(f"{label}-")
+        except checks.NotGraded as e:
+            return cls(sub, label, None, f"{e}. This is the kit's or the machine's failure")
+        turn = cls(sub, label, scratch)
+        try:
+            shutil.copyfile(sub.path, turn.copy)
+        except OSError as e:
+            turn.why = f"{sub.shown} could not be read: {e.strerror or e}"
+        else:
+            turn.staged = staging.ahead(sub.lab, turn.copy, scratch)
+        return turn
+
+    def check(self, device: str, rounds: int | None, timeout_s: float | None,
+              on_progress: checks.Progress) -> checks.Report:
+        try:
+            if self.why:
+                return _not_graded(self.sub, self.label, self.why)
+            report = checks.check(self.sub.lab, self.copy, label=self.label, device=device, rounds=rounds,
+                                  timeout_s=timeout_s, on_progress=on_progress, workdir=self.scratch,
+                                  staged=self.staged)
+            checks.name_the_file(report, self.copy, self.sub.path)
             return report
-    except checks.NotGraded as e:
-        return _not_graded(sub, label, f"{e}. This is the kit's or the machine's failure")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.staged is not None:
+            self.staged.close()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def _not_graded(sub: Submission, label: str, why: str) -> checks.Report:

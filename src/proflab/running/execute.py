@@ -461,6 +461,7 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
                 proc = _start(server, scratch, spec, env, workdir, out, err, write_end, box)
             finally:
                 os.close(write_end)
+            started = time.perf_counter()  # the time limit counts from the run's start, not its server's imports
             if isinstance(proc, forkserver.Child) and server.box is not None:  # every process of its sandbox
                 tree = sandbox.Tree(proc.pid, server.namespace, {server.init_pid, server.pid})
             else:

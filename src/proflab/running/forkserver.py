@@ -50,8 +50,11 @@ READY_TIMEOUT_S = 120.0  # importing torch on a very busy machine
 ANSWER_TIMEOUT_S = 10.0  # a fork, once asked for
 
 # What every server imports before it forks its first child: torch, and what the runner needs; a run
-# asks for more (``execute.preload_for``: what the lab's files import).
-PRELOAD = ("torch", "torch.profiler", "proflab.running.runner", "proflab.atomic", "proflab.labs", "proflab.quiet")
+# asks for more (``execute.preload_for``: what the lab's files import). torch._inductor too: the
+# profiler imports it when it starts (``hasattr(torch, "_inductor")`` in torch.profiler's
+# prepare_trace, with torch._dynamo and sympy: 1.9 s here), and a check profiles both versions.
+PRELOAD = ("torch", "torch.profiler", "torch._inductor", "proflab.running.runner", "proflab.atomic", "proflab.labs",
+           "proflab.quiet")
 
 
 class ServerError(RuntimeError):
