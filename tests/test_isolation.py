@@ -15,13 +15,14 @@ import json
 import os
 import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from proflab import labs
 from proflab.grading import checks
-from proflab.running import execute, forkserver, sandbox
+from proflab.running import compile_headers, execute, forkserver, sandbox
 
 CALIBRATION = Path(__file__).resolve().parent / "calibration"
 REPO = Path(__file__).resolve().parents[1]
@@ -173,6 +174,43 @@ def test_forged_compile_marks_leave_no_time_out_of_the_count(lab, kit_file, wait
     r = outcome.result
     assert r["compile_marked_s"] >= 0.9, r  # the marks arrived, a second apart
     assert r["compile_s"] < 0.2, r  # and almost none of it is left out of the count
+
+
+LENT = '''
+    lent = pathlib.Path("HEADERS")  # torch.compile's precompiled header, where Inductor looks for it
+    gch, h = next(lent.glob("*.h.gch")), next(lent.glob("*.h"))
+    write("/tmp/other.h", "#error not the kit's")
+    print("LENT " + json.dumps({"names": sorted(p.name for p in lent.iterdir()), "tries": [
+        attempt("append", lambda: write(str(gch))), attempt("remove", lambda: gch.unlink()),
+        attempt("replace", lambda: os.replace("/tmp/other.h", str(h))),
+        attempt("chmod", lambda: os.chmod(str(h), 0o666)),
+        attempt("add", lambda: write(str(lent / "extra.h")))]}), flush=True)
+'''
+
+
+def test_the_compile_header_lent_to_every_run_cannot_be_changed_by_one(lab, kit_file):
+    """A file that compiles is lent the kit's precompiled header, read-only: a run cannot change, remove or
+    replace it, for itself or the next run; what it adds beside it is its own, and gone after it."""
+    attack = "import pathlib\n" + textwrap.dedent(LENT).replace("HEADERS", sandbox.HEADERS_INSIDE).strip()
+    file = probe(lab, attack.replace("\n", "\n    "), "compiler.py")
+    assert compile_headers.prepare()  # built once, by the kit's own code (what a run of the file does first)
+    kept = sandbox.compile_headers()
+    assert kept and all(h.is_relative_to(sandbox.headers_folder()) for h in kept)
+    before = {h.name: (h.stat().st_size, h.stat().st_mtime_ns, h.stat().st_mode) for h in kept}
+    with forkserver.session():
+        first, second = (execute.run(lab, file, "compiler") for _ in range(2))
+    seen = []
+    for outcome in (first, second):
+        facts(outcome)
+        line = next(line for line in outcome.stdout.splitlines() if line.startswith("LENT "))
+        seen.append(json.loads(line[len("LENT "):]))
+    for lent in seen:
+        tries = dict(t.split(": ", 1) for t in lent["tries"])
+        assert all(tries[t] != "done" for t in ("append", "remove", "replace", "chmod")), lent
+        assert tries["add"] == "done", lent  # the folder is the run's own
+    assert seen[0]["names"] == sorted(before)  # the kit's files, and nothing else, when a run starts
+    assert seen[1]["names"] == sorted(before), seen[1]  # still there, and nothing left by the run before
+    assert {h.name: (h.stat().st_size, h.stat().st_mtime_ns, h.stat().st_mode) for h in kept} == before
 
 
 def test_each_round_draws_fresh_inputs_and_the_original_follows_them():

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import errors, labs, paths, quiet
-from . import forkserver, memory, processes, sandbox, storage, torchrun
+from . import compile_headers, forkserver, memory, processes, sandbox, storage, torchrun
 
 OUTPUT_TAIL_CHARS = 4000
 POLL_S = 0.25  # how often a running lab's memory is looked at
@@ -198,6 +198,7 @@ def run(
     role = role or str(file.resolve())
     workdir = workdir or file.resolve().parent
     expose = exposed(file, workdir, sys_path) + tuple(reads)
+    lend_compile_headers(file)
     server, shared = forkserver.server_for(env, (storage.ENV_VAR,), preload, _scratch_dir(), role, engine,
                                            expose) if FORK else (None, False)
     box = None
@@ -339,9 +340,17 @@ def warm(lab: labs.Lab, preload: tuple[str, ...], role: str, file: Path, workdir
     """Inside a ``forkserver.session``: start the server the runs of ``file`` (``role``'s, in ``workdir``)
     will be forked from now, so that its imports overlap what the checker does before the first run."""
     if FORK:
+        lend_compile_headers(file)
         server, shared = forkserver.server_for(run_env(lab), (storage.ENV_VAR,), preload, _scratch_dir(), role,
                                                sandbox.in_use(), exposed(file, workdir, sys_path) + tuple(reads))
         forkserver.done_with(server, shared)
+
+
+def lend_compile_headers(file: Path) -> None:
+    """Before a sandbox for ``file`` is made: where it may call torch.compile, the precompiled header its
+    kernels include, built once (``compile_headers``), so that no run builds it again in its own /tmp."""
+    if sandbox.in_use() is not None and _mentions(file, "compile"):
+        compile_headers.prepare()
 
 
 def run_env(lab: labs.Lab) -> dict[str, str]:

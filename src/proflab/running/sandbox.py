@@ -36,6 +36,7 @@ and every record says which it was.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
@@ -188,6 +189,7 @@ class Box:
         self.expose = sorted({Path(p).resolve() for p in expose
                               if any(_inside(Path(p), h) for h in hidden) and Path(p).is_dir()
                               and not _inside(Path(p), self.root)}, key=lambda p: len(p.parts))
+        self.headers = compile_headers()  # torch.compile's precompiled header, lent read-only
 
     def _own(self, path: Path) -> None:
         """A folder the sandbox's user can write: its own when the sandbox runs as nobody."""
@@ -214,6 +216,8 @@ class Box:
         # /tmp first: what the sandbox must read there (a kit in a temporary folder) is bound again,
         # read-only, inside the sandbox's own /tmp, its mount points made there (``wipe`` keeps them)
         bind += ["--bind", str(self.root / "tmp"), "/tmp", "--bind", str(self.root / "shm"), "/dev/shm"]
+        for header in self.headers:
+            bind += ["--ro-bind", str(header), f"{HEADERS_INSIDE}/{header.name}"]
         for path in self.expose:
             if not any(_inside(path, h) for h in _hidden()):
                 bind += ["--ro-bind", str(path), str(path)]
@@ -242,7 +246,8 @@ class Box:
     def wipe(self) -> None:
         """Empty the box: every run's folder, and everything in /tmp, /dev/shm and the server's home (the
         folders stay, and in /tmp the way to what is bound there)."""
-        mounts = [_under("/tmp", p) for p in (*self.expose, self.root, *filter(None, [shared()]))]
+        mounts = [_under("/tmp", p) for p in (*self.expose, self.root, *filter(None, [shared()]),
+                                              *(Path(HEADERS_INSIDE) / h.name for h in self.headers))]
         for entry in list(self.root.iterdir()):
             if entry.name in self.keep and entry.is_dir() and not entry.is_symlink():
                 _empty(entry, [m for m in mounts if m] if entry.name == "tmp" else None)
@@ -274,10 +279,11 @@ def _empty(folder: Path, keep: list[tuple[str, ...]] | None = None) -> None:
     keep = keep or []
     for entry in list(folder.iterdir()):
         below = [k[1:] for k in keep if k and k[0] == entry.name]
+        if () in below:
+            continue  # a mount point itself (a folder, or a file: unlinking it here would unmount it there)
         if below and entry.is_dir() and not entry.is_symlink():
-            if all(below):  # a folder on the way to a mount point: emptied around it
-                _empty(entry, below)
-            continue  # a mount point itself
+            _empty(entry, below)  # a folder on the way to a mount point: emptied around it
+            continue
         _remove(entry)
 
 
@@ -366,7 +372,38 @@ def members(namespace: str, leave_out: set[int]) -> list[int]:
 # What a sandboxed run's environment points at its own /tmp (the box's, emptied after every run).
 RUN_ENV = {"HOME": "/tmp", "TMPDIR": "/tmp", "XDG_CACHE_HOME": "/tmp/.cache", "MPLCONFIGDIR": "/tmp/.matplotlib",
            # torch.compile's caches too: a compiled fix compiles in every run, nothing kept from the one before
-           "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor", "TRITON_CACHE_DIR": "/tmp/triton"}
+           "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor", "TRITON_CACHE_DIR": "/tmp/triton",
+           # the user's name, as Inductor reads it (getpass): the sandbox's, whoever started the checker
+           "LOGNAME": "nobody", "USER": "nobody"}
+
+# Where Inductor looks for its precompiled header inside a sandbox ($TMPDIR/torchinductor_$LOGNAME): the one
+# the kit built (compile_headers) is bound there, read-only, file by file; the folder stays the run's own.
+HEADERS_INSIDE = "/tmp/torchinductor_nobody/precompiled_headers"
+
+
+def headers_folder() -> Path:
+    """Where the kit keeps torch.compile's precompiled header for this Python (``compile_headers``): in the
+    virtual environment, which every sandbox reads (it runs this Python) and none can write; else in the
+    kit's state folder. One sub-folder per interpreter and torch."""
+    from importlib import metadata
+
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = "none"
+    key = hashlib.sha256(f"{sys.executable}\n{torch_version}".encode()).hexdigest()[:16]
+    if sys.prefix != sys.base_prefix and os.access(sys.prefix, os.W_OK):
+        return Path(sys.prefix) / "var" / "proflab" / "compile-headers" / key
+    return paths.state_dir() / "compile-headers" / key
+
+
+def compile_headers(folder: Path | None = None) -> list[Path]:
+    """The precompiled header's files the kit has built (none yet: an empty list)."""
+    folder = folder or headers_folder()
+    try:
+        return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith((".h", ".h.gch")))
+    except OSError:
+        return []
 
 
 def in_use() -> Engine | None:
