@@ -128,7 +128,8 @@ def test_the_metric_counts_outermost_lookups_and_host_to_device_copies(tmp_path)
         op("ProfilerStep#1", 0, 100, cat="user_annotation"),
         op("aten::embedding", 10, 10), op("aten::index_select", 12, 5),  # one lookup, not two
         op("aten::select", 30, 1), op("aten::select", 32, 1),
-        op("aten::slice", 40, 1),  # slicing is not a row lookup
+        op("aten::slice", 40, 1),  # a row taken as a slice: a lookup too
+        op("aten::mean", 45, 4), op("aten::slice", 46, 1),  # inside another operator: not the program's
         op("Memcpy HtoD (Pageable -> Device)", 50, 2, cat="gpu_memcpy", tid=7),
         op("Memcpy DtoH (Device -> Pageable)", 60, 2, cat="gpu_memcpy", tid=7),
         op("ProfilerStep#2", 100, 100, cat="user_annotation"),
@@ -139,8 +140,44 @@ def test_the_metric_counts_outermost_lookups_and_host_to_device_copies(tmp_path)
     path = tmp_path / "t.pt.trace.json"
     path.write_text(json.dumps({"traceEvents": events}))
     m = evidence.measure("indexing_ops", path)
-    assert m.details["indexing_ops_per_step"] == 2.0  # (3 + 1) / 2
+    assert m.details["indexing_ops_per_step"] == 2.5  # (4 + 1) / 2
     assert m.details["htod_copies_per_step"] == 1.0
-    assert m.value == 3.0
+    assert m.value == 3.5
     assert m.details["aten::select"] == 1.0 and m.details["aten::embedding_bag"] == 0.5
+    assert m.details["aten::slice"] == 0.5
     assert "host-to-device copies" in m.summary
+
+
+# Ten rows looked up one at a time, each spelling of it, and the whole batch looked up at once.
+ROW_BY_ROW = ["[t[i] for i in ids]", "[t[i:i + 1] for i in ids]", "[t.narrow(0, i, 1) for i in ids]",
+              "[t.select(0, i) for i in ids]", "[t[torch.tensor([i])] for i in ids]",
+              "[t.view(-1)[i * 8:(i + 1) * 8] for i in ids]", "[list(t)[i] for i in ids[:1]]",
+              "[t.unbind(0)[i] for i in ids[:1]]", "[t.split(1)[i] for i in ids[:1]]"]
+AT_ONCE = ["torch.nn.functional.embedding_bag(batch, t, offsets)", "t[batch]", "t.index_select(0, batch)",
+           "torch.nn.functional.embedding(batch, t)"]
+
+
+@pytest.mark.parametrize("code", ROW_BY_ROW + AT_ONCE)
+def test_row_lookups_are_counted_however_they_are_spelled(tmp_path, code):
+    """Under the real profiler: a row taken by an index, a slice, narrow, or a table cut into rows is one
+    lookup each; a batch looked up in one call is one."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from proflab.measuring import evidence
+
+    t = torch.randn(32, 8)
+    ids = list(range(3, 13))
+    batch, offsets = torch.tensor(ids), torch.tensor([0, 5])
+    path = tmp_path / "trace.json"
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                                         schedule=schedule(wait=0, warmup=1, active=2),
+                                         on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for _ in range(3):
+            eval(code, {"torch": torch, "t": t, "ids": ids, "batch": batch, "offsets": offsets})  # noqa: S307
+            prof.step()
+    m = evidence.measure("indexing_ops", path)
+    if code in AT_ONCE:
+        assert m.value == 1, m.summary
+    else:  # ten rows, or the whole table of 32 cut into rows
+        assert m.value >= 10, m.summary

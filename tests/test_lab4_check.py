@@ -91,6 +91,37 @@ def test_host_syncs_on_cpu_counts_item_and_tolist_reads(tmp_path):
     assert "2 round trips per step" in m.summary
 
 
+# Each spelling of a read into Python (or of a size that depends on values), and what is not one.
+SPELLINGS = {
+    "x.sum().item()": 1, "(y == 1).nonzero().shape[0]": 1, "torch.isnan(x).nonzero().numel()": 1,
+    "x[x > 0].sum()": 1, "torch.where(x > 0)[0]": 1, "torch.argwhere(x > 0)": 1, "torch.unique(y)": 1,
+    "torch.equal(x, x)": 1, "f'{x.sum():.3f}'": 1, "torch.masked_select(x, x > 0)": 1,
+    "bool(x.sum() > 0)": 1, "y.tolist()": 1,
+    "y.shape[0]": 0, "torch.nonzero_static(x > 0, size=8)": 0, "x.sum() / y.numel()": 0,
+    "torch.repeat_interleave(y, 2)": 0,
+}
+
+
+@pytest.mark.parametrize("code", SPELLINGS)
+def test_host_syncs_counts_a_read_however_it_is_spelled(tmp_path, code):
+    """Under the real profiler: a read spelled as a shape (nonzero, x[mask], unique) counts like .item()."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from proflab.measuring import evidence
+
+    x, y = torch.randn(64), torch.randint(0, 5, (64,))
+    path = tmp_path / "trace.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 schedule=schedule(wait=0, warmup=1, active=2),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for _ in range(3):
+            eval(code)  # noqa: S307  (the spelling under test)
+            prof.step()
+    m = evidence.measure("host_syncs", path)
+    assert m.value == SPELLINGS[code], m.summary
+
+
 def test_host_syncs_on_cuda_counts_the_calls_that_wait(tmp_path):
     from proflab.measuring import evidence
 

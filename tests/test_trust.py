@@ -38,7 +38,8 @@ CHEATS = Path(__file__).resolve().parent / "cheats"
 PLAIN = {
     "lab1_preload_warmup.py", "lab1_tiny_decoys.py", "lab2_pool_in_warmup.py", "lab2_tiny_decoys.py",
     "lab3_tiny_decoys.py", "lab3_precompute_real_decoys.py", "lab4_tiny_decoys.py",
-    "lab4_precompute_real_decoys.py", "lab4_sparse_work.py",
+    "lab4_precompute_real_decoys.py", "lab4_sparse_work.py", "lab4_shape_count.py", "lab4_nan_by_nonzero.py",
+    "lab2_row_slices.py", "lab2_row_narrow.py", "lab6_all_gather.py",
 }
 
 
@@ -115,6 +116,9 @@ UNAUDITED = ["lab1_env_latency.py", "lab1_direct_read.py", "lab1_no_marks.py", "
              "lab4_reads_in_thread.py"]
 DECOYS = ["lab1_tiny_decoys.py", "lab2_tiny_decoys.py", "lab3_tiny_decoys.py", "lab4_tiny_decoys.py",
           "lab4_sparse_work.py"]
+# The lesson's bottleneck kept, spelled another way than the original's.
+RESPELLED = ["lab4_shape_count.py", "lab4_nan_by_nonzero.py", "lab2_row_slices.py", "lab2_row_narrow.py",
+             "lab6_all_gather.py"]
 MOVED_INTO_WARMUP = ["lab1_preload_warmup.py", "lab2_pool_in_warmup.py", "lab3_precompute_real_decoys.py",
                      "lab4_precompute_real_decoys.py"]
 SOUND = ["lab1_workers2.py", "lab1_workers16.py", "lab1_threadpool.py", "lab1_cpu_count.py", "lab3_foreach.py",
@@ -132,7 +136,7 @@ def batch(kit, tmp_path_factory) -> Batch:
 
     return Batch(sharing_data(tmp_path_factory.mktemp("trust-kit"), kit), {
         "unaudited": ({}, of(CHEATS, UNAUDITED, False)),
-        "plain": ({}, of(CHEATS, DECOYS + MOVED_INTO_WARMUP, True)),
+        "plain": ({}, of(CHEATS, DECOYS + MOVED_INTO_WARMUP + RESPELLED, True)),
         "sound": ({}, of(LEARNER_FILES, SOUND + [WHOLE_EPOCH], True)),
     })
 
@@ -207,6 +211,35 @@ def test_decoy_operators_on_tiny_inputs_do_not_make_the_work(batch, name):
     else:
         caught(report, "evidence", "the profiled steps did not do the work")
         assert "MFLOPs per step" in check["expected"]
+
+
+@pytest.mark.parametrize("name", [n for n in RESPELLED if n.startswith("lab4")])
+def test_a_read_spelled_as_a_shape_is_still_a_read(batch, name):
+    """Lab 4's reference fix with one read per step put back as .nonzero()'s size: no .item() in the trace."""
+    code, report = batch.report("plain", CHEATS / name)
+    assert code == 1, explain(report)
+    caught(report, "evidence", "host round trips per step is still")
+    assert report["evidence"]["learner"]["details"]["nonzero()"] == 1.0, explain(report)
+
+
+@pytest.mark.parametrize("name", [n for n in RESPELLED if n.startswith("lab2")])
+def test_a_row_looked_up_as_a_slice_is_still_a_lookup(batch, name):
+    """Lab 2's original loop, each row taken as a one-row slice or with narrow: as many lookups as before."""
+    code, report = batch.report("plain", CHEATS / name)
+    assert code == 1, explain(report)
+    caught(report, "evidence", "row lookups per batch is still")
+    ev = report["evidence"]
+    assert ev["learner"]["value"] >= 0.9 * ev["original"]["value"], explain(report)
+
+
+def test_gradients_sent_by_another_collective_are_still_sent(batch):
+    """Lab 6's micro-batch gradients gathered with all_gather_into_tensor after every micro-batch."""
+    code, report = batch.report("plain", CHEATS / "lab6_all_gather.py")
+    assert code == 1, explain(report)
+    caught(report, "evidence", "gradient traffic per optimizer step is still")
+    ev = report["evidence"]
+    assert ev["learner"]["value"] >= ev["original"]["value"], explain(report)  # twice the bytes, gathered
+    assert ev["learner"]["details"]["c10d::_allgather_base_"] > 0, explain(report)
 
 
 def test_the_work_floor_counts_products_by_size_and_sparse_ones_not_at_all(tmp_path):

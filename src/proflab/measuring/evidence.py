@@ -12,6 +12,8 @@ manifest names the one that proves its fix.
 
 from __future__ import annotations
 
+import bisect
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -153,19 +155,35 @@ def dataloader_wait(trace: Trace) -> Measure:
 INDEXING_OPS = frozenset({
     "aten::select", "aten::index", "aten::index_select", "aten::gather", "aten::take",
     "aten::embedding", "aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only",
+    # a row taken as a slice is a lookup too
+    "aten::slice", "aten::narrow",
 })
+# Operators that cut a tensor into many views at once (``list(t)``, ``t.unbind()``, ``t.split(1)``):
+# each view they make is one row looked up, however many the program then uses.
+SPLITTING_OPS = frozenset({
+    "aten::unbind", "aten::split", "aten::split_with_sizes", "aten::unsafe_split", "aten::chunk",
+    "aten::unsafe_chunk", "aten::tensor_split",
+})
+ROW_VIEWS = frozenset({"aten::select", "aten::narrow"})
 
 
 def indexing_ops(trace: Trace) -> Measure:
     """Row lookups per step: indexing operators on the host, plus host-to-device copies on CUDA.
 
     Counted on the host: every ``cpu_op`` event named in ``INDEXING_OPS`` that
-    starts inside a ``ProfilerStep#``. ``tensor[i]`` with an integer runs one
-    ``aten::select``; ``tensor[ids]`` one ``aten::index``; an ``nn.Embedding``
-    call one ``aten::embedding``; an ``nn.EmbeddingBag`` call one
-    ``aten::embedding_bag``. Only the outermost of nested ones counts: the
-    ``aten::index_select`` that ``aten::embedding`` runs inside itself is the
-    same lookup, not a second one. Slicing (``aten::slice``) is not counted.
+    starts inside a ``ProfilerStep#``, however the lookup is spelled.
+    ``tensor[i]`` with an integer runs one ``aten::select``; ``tensor[i:i + 1]``
+    one ``aten::slice``; ``tensor.narrow(0, i, 1)`` one ``aten::narrow``;
+    ``tensor[ids]`` one ``aten::index``; an ``nn.Embedding`` call one
+    ``aten::embedding``; an ``nn.EmbeddingBag`` call one
+    ``aten::embedding_bag``. Only the calls the program makes count, not what
+    an operator runs inside itself: the ``aten::index_select`` that
+    ``aten::embedding`` runs is the same lookup, not a second one, and the
+    slices inside ``aten::mean`` are none. An operator that cuts a tensor into views
+    (``SPLITTING_OPS``: ``list(t)``, ``t.unbind()``, ``t.split(1)``) counts
+    once for each view it makes (the ``aten::select`` or ``aten::narrow`` it
+    runs inside itself for each): a table cut into rows is looked up row by
+    row, whichever of them the program then uses.
 
     Counted on CUDA: every ``gpu_memcpy`` event with ``HtoD`` in its name that
     starts inside a step. Copying ids to the device costs one copy per tensor;
@@ -175,15 +193,28 @@ def indexing_ops(trace: Trace) -> Measure:
     """
     steps = trace.steps
     n = len(steps)
-    lookups = _outermost(trace.within_steps(lambda e: e.cat == "cpu_op" and e.name in INDEXING_OPS))
+    # The calls the program made itself: the outermost operators, of any kind (a slice an operator takes
+    # inside itself, as aten::mean or aten::embedding do, is its own business, not a lookup).
+    ops = trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::"))
+    lookups = [e for e in _outermost(ops) if e.name in INDEXING_OPS | SPLITTING_OPS]
     copies = trace.within_steps(lambda e: e.cat == "gpu_memcpy" and "HtoD" in e.name)
     on_cuda = trace.on_cuda
 
+    views: dict[tuple[str, str], list[float]] = {}  # each thread's row views, by start
+    for v in ops:
+        if v.name in ROW_VIEWS:
+            views.setdefault((str(v.pid), str(v.tid)), []).append(v.ts)
+    for starts in views.values():
+        starts.sort()
     counts: dict[str, int] = {}
     for e in lookups:
-        counts[e.name] = counts.get(e.name, 0) + 1
+        made = 1
+        if e.name in SPLITTING_OPS:  # one lookup for each row view it makes inside itself
+            starts = views.get((str(e.pid), str(e.tid)), [])
+            made = max(1, bisect.bisect_left(starts, e.end) - bisect.bisect_left(starts, e.ts))
+        counts[e.name] = counts.get(e.name, 0) + made
     by_name = {name: count / n for name, count in counts.items()}
-    per_step = len(lookups) / n
+    per_step = sum(counts.values()) / n
     copies_per_step = len(copies) / n
     value = round(per_step + copies_per_step, 1)
     names = ", ".join(f"{count:.0f} {name}" for name, count in sorted(by_name.items(), key=lambda kv: -kv[1]))
@@ -311,8 +342,20 @@ SYNC_CALLS = frozenset({
 })
 # On the host, the operators that read a tensor's values into Python.
 HOST_READS = {
-    "aten::_local_scalar_dense": "item()",  # .item(), float(t), int(t), bool(t), `if t:`
+    "aten::_local_scalar_dense": "item()",  # .item(), float(t), int(t), bool(t), `if t:`, f"{t:.3f}", repr(t)
     "aten::resolve_neg": "tolist()",  # .tolist() and .numpy() resolve the negation bit first
+}
+# Operators whose output's size depends on the values in their input: the host must read those values
+# (on CUDA, wait for the device) before it knows the size, whether or not Python ever reads a number.
+# x[mask], torch.where(mask), argwhere and .nonzero() all run aten::nonzero; torch.equal answers a Python
+# bool. (masked_select and repeat_interleave without output_size read their size through
+# aten::_local_scalar_dense, counted above; nonzero_static and repeat_interleave with output_size do not
+# depend on the values.)
+SIZE_READS = {
+    "aten::nonzero": "nonzero()",
+    "aten::_unique": "unique()", "aten::_unique2": "unique()", "aten::unique_dim": "unique()",
+    "aten::unique_consecutive": "unique()", "aten::unique_dim_consecutive": "unique()",
+    "aten::equal": "torch.equal()",
 }
 
 
@@ -328,9 +371,13 @@ def host_syncs(trace: Trace) -> Measure:
     On CPU there is no device to wait for, but the same lines still read
     tensors into Python, and the work done there on Python numbers is what
     costs: each ``aten::_local_scalar_dense`` (under ``aten::item`` for
-    ``.item()``, ``float(t)``, ``if t:``) and each outermost
-    ``aten::resolve_neg`` (the first thing ``.tolist()`` and ``.numpy()`` do)
-    counts once.
+    ``.item()``, ``float(t)``, ``if t:``, a tensor formatted or printed) and
+    each outermost ``aten::resolve_neg`` (the first thing ``.tolist()`` and
+    ``.numpy()`` do) counts once; so does each outermost operator whose
+    output's size depends on values (``SIZE_READS``: ``.nonzero()``,
+    ``x[mask]``, ``torch.where(mask)``, ``unique``; ``torch.equal``), which on
+    CUDA waits for the device as ``.item()`` does: a read spelled as a shape
+    is still a read.
     """
     n = len(trace.steps)
     on_cuda = trace.on_cuda
@@ -343,8 +390,10 @@ def host_syncs(trace: Trace) -> Measure:
         aten = trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::"))
         reads = [e for e in aten if e.name == "aten::_local_scalar_dense"]  # always inside aten::item & co.
         reads += [e for e in _outermost(aten) if e.name == "aten::resolve_neg"]
+        reads += _outermost([e for e in aten if e.name in SIZE_READS])
         for e in reads:
-            counts[HOST_READS[e.name]] = counts.get(HOST_READS[e.name], 0) + 1
+            what = HOST_READS.get(e.name) or SIZE_READS[e.name]
+            counts[what] = counts.get(what, 0) + 1
         copies = 0
     per_step = sum(counts.values()) / n
     by_name = {name: count / n for name, count in counts.items()}
@@ -434,28 +483,55 @@ def work_flops(trace: Trace, ops: tuple[str, ...]) -> Measure:
 
 # The operator a collective call is, whichever backend runs it (gloo or nccl): c10d's own.
 ALLREDUCE_OPS = ("c10d::allreduce_", "c10d::allreduce_coalesced_")
+# Every collective and point-to-point call of torch.distributed: gradients sent another way are still sent.
+COLLECTIVE_OPS = frozenset({
+    *ALLREDUCE_OPS, "c10d::allgather_", "c10d::_allgather_base_", "c10d::allgather_coalesced_",
+    "c10d::allgather_into_tensor_coalesced_", "c10d::reduce_scatter_", "c10d::_reduce_scatter_base_",
+    "c10d::reduce_scatter_tensor_coalesced_", "c10d::broadcast_", "c10d::reduce_", "c10d::gather_",
+    "c10d::gather_into_tensor_", "c10d::scatter_", "c10d::alltoall_", "c10d::alltoall_base_", "c10d::send",
+    "c10d::recv_", "c10d::recv_any_source_",
+})
 GRADIENT_BYTES = 4  # per element: the trace records a collective's tensors' shapes, not their dtype (float32 here)
 
 
-def allreduce_calls(trace: Trace) -> Measure:
-    """All-reduce calls per step: every ``c10d::allreduce_`` inside a ``ProfilerStep#``, on any thread.
+def _elements(dims: Any) -> float:
+    """The elements of one recorded argument: a tensor's shape, or a list (of lists) of them."""
+    if not isinstance(dims, list) or not dims:
+        return 0.0
+    if all(isinstance(d, int) for d in dims):
+        return _numel(dims)
+    return sum(_elements(d) for d in dims)
 
-    DDP calls one per bucket at every backward pass that is not under
-    ``no_sync()``; an all-reduce by hand is one call too. The megabytes sent
-    are read from each call's recorded shapes (the tensors of its list), at
-    ``GRADIENT_BYTES`` per element, and reported beside the count.
+
+def allreduce_calls(trace: Trace) -> Measure:
+    """Collective calls per step: every ``c10d::`` collective or point-to-point call (``COLLECTIVE_OPS``)
+    inside a ``ProfilerStep#``, on any thread.
+
+    DDP calls one ``c10d::allreduce_`` per bucket at every backward pass that
+    is not under ``no_sync()``; an all-reduce by hand is one call too, and so
+    is an all-gather, a reduce-scatter, a broadcast or a send that carries the
+    gradients another way. The megabytes each call carries are read from its
+    recorded shapes: its largest argument (the list of tensors an all-reduce
+    sums; the gathered output of an all-gather; the input a reduce-scatter
+    splits), at ``GRADIENT_BYTES`` per element, and reported beside the count.
     """
     n = len(trace.steps)
-    calls = trace.within_steps(lambda e: e.cat == "cpu_op" and e.name in ALLREDUCE_OPS)
+    calls = trace.within_steps(lambda e: e.cat == "cpu_op" and e.name in COLLECTIVE_OPS)
     sent, shapes = 0.0, False
+    by_name: dict[str, float] = {}
     for e in calls:
-        dims = (e.args or {}).get("Input Dims") or []
-        tensors = dims[0] if dims and isinstance(dims[0], list) else []
-        shapes = shapes or bool(tensors)
-        sent += sum(_numel(t) for t in tensors if isinstance(t, list)) * GRADIENT_BYTES
+        carried = max((_elements(d) for d in (e.args or {}).get("Input Dims") or []), default=0.0)
+        shapes = shapes or carried > 0
+        sent += carried * GRADIENT_BYTES
+        by_name[e.name] = by_name.get(e.name, 0.0) + 1
     per_step = len(calls) / n if n else 0.0
-    summary = f"{per_step:.3g} all-reduce calls per step"
-    details = {"calls_per_step": per_step, "steps": float(n)}
+    others = {name: count for name, count in by_name.items() if name not in ALLREDUCE_OPS}
+    what = "collective calls" if others else "all-reduce calls"
+    summary = f"{per_step:.3g} {what} per step"
+    if others:
+        summary += " (" + ", ".join(f"{count / n:.3g} {name.removeprefix('c10d::').rstrip('_')}"
+                                    for name, count in sorted(by_name.items(), key=lambda kv: -kv[1])) + ")"
+    details = {"calls_per_step": per_step, "steps": float(n), **{name: count / n for name, count in by_name.items()}}
     if shapes:  # recorded with record_shapes=True (the checker's profile always is)
         details["mb_per_step"] = sent / n / 1e6
         summary += f", {details['mb_per_step']:.1f} MB per step"
@@ -463,7 +539,8 @@ def allreduce_calls(trace: Trace) -> Measure:
 
 
 def allreduce_traffic(trace: Trace) -> Measure:
-    """The gradients all-reduced per step, in MB (``allreduce_calls``' megabytes; its calls beside them).
+    """The gradients sent per step, in MB, by every collective (``allreduce_calls``' megabytes; its calls
+    beside them).
 
     What an all-reduce after every micro-batch multiplies is the traffic: the
     same gradients, sent once per micro-batch instead of once per optimizer
