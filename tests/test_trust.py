@@ -40,6 +40,7 @@ PLAIN = {
     "lab3_tiny_decoys.py", "lab3_precompute_real_decoys.py", "lab4_tiny_decoys.py",
     "lab4_precompute_real_decoys.py", "lab4_sparse_work.py", "lab4_shape_count.py", "lab4_nan_by_nonzero.py",
     "lab2_row_slices.py", "lab2_row_narrow.py", "lab6_all_gather.py",
+    "lab6_one_micro_batch.py", "lab6_two_micro_batches.py",
 }
 
 
@@ -119,6 +120,8 @@ DECOYS = ["lab1_tiny_decoys.py", "lab2_tiny_decoys.py", "lab3_tiny_decoys.py", "
 # The lesson's bottleneck kept, spelled another way than the original's.
 RESPELLED = ["lab4_shape_count.py", "lab4_nan_by_nonzero.py", "lab2_row_slices.py", "lab2_row_narrow.py",
              "lab6_all_gather.py"]
+# The lab's recipe changed instead of fixed.
+RECIPE = ["lab6_one_micro_batch.py", "lab6_two_micro_batches.py"]
 MOVED_INTO_WARMUP = ["lab1_preload_warmup.py", "lab2_pool_in_warmup.py", "lab3_precompute_real_decoys.py",
                      "lab4_precompute_real_decoys.py"]
 SOUND = ["lab1_workers2.py", "lab1_workers16.py", "lab1_threadpool.py", "lab1_cpu_count.py", "lab3_foreach.py",
@@ -136,7 +139,7 @@ def batch(kit, tmp_path_factory) -> Batch:
 
     return Batch(sharing_data(tmp_path_factory.mktemp("trust-kit"), kit), {
         "unaudited": ({}, of(CHEATS, UNAUDITED, False)),
-        "plain": ({}, of(CHEATS, DECOYS + MOVED_INTO_WARMUP + RESPELLED, True)),
+        "plain": ({}, of(CHEATS, DECOYS + MOVED_INTO_WARMUP + RESPELLED + RECIPE, True)),
         "sound": ({}, of(LEARNER_FILES, SOUND + [WHOLE_EPOCH], True)),
     })
 
@@ -240,6 +243,17 @@ def test_gradients_sent_by_another_collective_are_still_sent(batch):
     ev = report["evidence"]
     assert ev["learner"]["value"] >= ev["original"]["value"], explain(report)  # twice the bytes, gathered
     assert ev["learner"]["details"]["c10d::_allgather_base_"] > 0, explain(report)
+
+
+@pytest.mark.parametrize("name", RECIPE)
+def test_larger_micro_batches_are_not_the_labs_workload(batch, name):
+    """Lab 6's reference fix with fewer, larger micro-batches: the same numbers, fewer all-reduces, and
+    activations the lab's memory budget does not allow. The products' shapes say so."""
+    code, report = batch.report("plain", CHEATS / name)
+    assert code == 1, explain(report)
+    caught(report, "evidence", "ran on other shapes than the original's")
+    check = failed_check(report)
+    assert "[8, " in check["expected"] and "micro-batches" in check["help"], explain(report)
 
 
 def test_the_work_floor_counts_products_by_size_and_sparse_ones_not_at_all(tmp_path):

@@ -73,6 +73,9 @@ class Evidence:
     work_ops: tuple[str, ...] = ()
     min_work_vs_original: float = 0.9
     work: str = "the model's work"
+    # Where the work's pieces are part of the lab (lab 6's micro-batches: its memory budget): the
+    # operators in `work_ops` must run on the shapes the original's run on, and this says why.
+    same_shapes: str = ""
     # A passing fix whose figure is still above this share of the original's is told there is more to
     # gain (lab 1 with two workers still waits on the DataLoader for much of each step).
     more_to_gain_above: float | None = None
@@ -491,6 +494,7 @@ def _evidence_spec() -> Spec:
         "work_ops": (_TEXTS, False),
         "min_work_vs_original": (_NOT_NEGATIVE, False),
         "work": (_TEXT, False),
+        "same_shapes": (_TEXT, False),
         "more_to_gain_above": (_NOT_NEGATIVE, False),
         "not_a_fix": (_NOT_A_FIX, False),
     }

@@ -779,6 +779,14 @@ def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.
                          "compute each step's results in that step, from its own batch: not at import time, "
                          "not in the warm-up steps, not from a cache")
             return False
+    if ev.work_ops and ev.same_shapes:  # the lab's pieces (lab 6's micro-batches) are part of the lesson
+        theirs, other = evidence.other_shapes(ranked.get("original") or [traces["original"]],
+                                              ranked.get("learner") or [traces["learner"]], ev.work_ops)
+        if other:
+            proof.failed(f"{ev.work} ran on other shapes than the original's", "the original's: " + "; ".join(theirs[:4]),
+                         "; ".join(other[:4]) + (f" (and {len(other) - 4} more)" if len(other) > 4 else ""),
+                         ev.same_shapes)
+            return False
     try:
         original = _measure(ev.metric, traces["original"], ranked.get("original"))
     except evidence.TraceError as e:  # the kit's own profile of the original: this torch records no such figure

@@ -481,6 +481,28 @@ def work_flops(trace: Trace, ops: tuple[str, ...]) -> Measure:
                    details={"flops_per_step": per_step, "calls_per_step": len(calls) / max(n, 1), "steps": float(n)})
 
 
+def work_shapes(trace: Trace, ops: tuple[str, ...]) -> dict[str, int]:
+    """The shapes the operators in ``ops`` ran on in the profiled steps: ``"aten::addmm [8, 512] x [512, 2048]"``
+    -> calls. Only the tensors (a bias the product adds is left out, as are scalars)."""
+    wanted = set(ops)
+    found: dict[str, int] = {}
+    for e in trace.within_steps(lambda e: e.cat == "cpu_op" and e.name in wanted):
+        dims = [d for d in (e.args or {}).get("Input Dims") or [] if isinstance(d, list) and len(d) >= 2]
+        key = f"{e.name} " + " x ".join(str(d) for d in dims)
+        found[key] = found.get(key, 0) + 1
+    return found
+
+
+def other_shapes(original: list[Trace], learner: list[Trace], ops: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """The shapes the original's ``ops`` ran on (every trace: a torchrun job's ranks), and those the learner's
+    ran on that the original's never did."""
+    def shapes(traces: list[Trace]) -> set[str]:
+        return {key for trace in traces for key in work_shapes(trace, ops)}
+
+    theirs = shapes(original)
+    return sorted(theirs), sorted(shapes(learner) - theirs)
+
+
 # The operator a collective call is, whichever backend runs it (gloo or nccl): c10d's own.
 ALLREDUCE_OPS = ("c10d::allreduce_", "c10d::allreduce_coalesced_")
 # Every collective and point-to-point call of torch.distributed: gradients sent another way are still sent.
