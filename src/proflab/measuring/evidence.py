@@ -13,7 +13,6 @@ manifest names the one that proves its fix.
 from __future__ import annotations
 
 import bisect
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable

@@ -381,6 +381,7 @@ RUN_ENV = {"HOME": "/tmp", "TMPDIR": "/tmp", "XDG_CACHE_HOME": "/tmp/.cache", "M
 HEADERS_INSIDE = "/tmp/torchinductor_nobody/precompiled_headers"
 
 
+@functools.lru_cache(maxsize=1)
 def headers_folder() -> Path:
     """Where the kit keeps torch.compile's precompiled header for this Python (``compile_headers``): in the
     virtual environment, which every sandbox reads (it runs this Python) and none can write; else in the
