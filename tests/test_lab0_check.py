@@ -130,3 +130,18 @@ def test_a_sound_fix_of_its_own_passes(lab0_kit):
     code, report = lab0_kit.check_decided("0", "--file", str(path))
     assert code == 0, explain(report)
     assert report["evidence"]["steps"] == 2
+
+
+# Sound profiles written otherwise than the reference: the kit's own profile of the original's step is the
+# same step, whatever the learner records with it, or adds to the step.
+@pytest.mark.parametrize("name", ["lab0_shapes_memory.py", "lab0_prints_loss.py"])
+def test_a_profile_recording_more_or_a_step_doing_more_passes(lab0_kit, name):
+    import shutil
+
+    from conftest import LEARNER_FILES
+
+    path = lab0_kit.root / "labs" / LAB / name
+    shutil.copyfile(LEARNER_FILES / name, path)
+    code, report = lab0_kit.check_decided("0", "--file", str(path))
+    assert code == 0, explain(report)
+    assert statuses(report)["evidence"] == "passed", explain(report)

@@ -60,7 +60,7 @@ def test_untouched_exercise_fails_on_the_evidence(fresh_kit):
     assert "Profile › Memory" in evidence["help"] and "most from aten::" in evidence["actual"]
 
 
-VARIANTS = ["lab5_inference_mode.py", "lab5_detach.py", "lab5_gc_collect.py", "lab5_empty_cache.py",
+VARIANTS = ["lab5_inference_mode.py", "lab5_detach.py", "lab5_no_grad_function.py", "lab5_gc_collect.py", "lab5_empty_cache.py",
             "lab5_keeps_early.py", "lab5_eval_less.py"]
 
 
@@ -70,7 +70,7 @@ def batch(kit, tmp_path_factory):
     return learner_files(kit, tmp_path_factory, "5", VARIANTS)
 
 
-@pytest.mark.parametrize("variant", ["lab5_inference_mode.py", "lab5_detach.py"])
+@pytest.mark.parametrize("variant", ["lab5_inference_mode.py", "lab5_detach.py", "lab5_no_grad_function.py"])
 def test_sound_alternatives_pass(batch, variant):
     """inference_mode with float() histories; and no no_grad at all, only detached histories."""
     code, report = batch.decided("5", "5", LEARNER_FILES / variant)

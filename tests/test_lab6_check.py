@@ -51,8 +51,8 @@ def test_untouched_exercise_fails_on_the_evidence(fresh_kit):
     assert failing(report)["rationale"].startswith("gradient traffic per optimizer step is still")
 
 
-VARIANTS = ["lab6_no_sync_small_buckets.py", "lab6_by_hand.py", "lab6_big_buckets_only.py", "lab6_apart.py",
-            "lab6_all_data.py"]
+VARIANTS = ["lab6_no_sync_small_buckets.py", "lab6_by_hand.py", "lab6_per_parameter.py", "lab6_big_buckets_only.py",
+            "lab6_apart.py", "lab6_all_data.py"]
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +61,10 @@ def batch(kit, tmp_path_factory):
     return learner_files(kit, tmp_path_factory, "6", VARIANTS)
 
 
-@pytest.mark.parametrize("variant", ["lab6_no_sync_small_buckets.py", "lab6_by_hand.py"])
+@pytest.mark.parametrize("variant", ["lab6_no_sync_small_buckets.py", "lab6_by_hand.py", "lab6_per_parameter.py"])
 def test_sound_alternatives_pass(batch, variant):
-    """no_sync with the original's small buckets; and no DDP at all, one all-reduce per step by hand."""
+    """no_sync with the original's small buckets; and no DDP at all, one all-reduce per step by hand, of
+    every gradient flattened or of each parameter's."""
     code, report = batch.decided("6", "6", LEARNER_FILES / variant)
     assert code == 0, explain(report)
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")

@@ -41,6 +41,7 @@ PLAIN = {
     "lab4_precompute_real_decoys.py", "lab4_sparse_work.py", "lab4_shape_count.py", "lab4_nan_by_nonzero.py",
     "lab2_row_slices.py", "lab2_row_narrow.py", "lab6_all_gather.py",
     "lab6_one_micro_batch.py", "lab6_two_micro_batches.py",
+    "lab0_invented_operators.py", "lab0_answers_from_the_docs.py",
 }
 
 
@@ -71,9 +72,12 @@ LAB_CHEATS = sorted(p.name for p in CHEATS.glob("lab[0-9]_*.py"))
 # Attempts written with what the audit now lets through (os, open, json: natural code, since every run is
 # sandboxed): the audit is a teacher, not the wall; each is graded unaudited below, and fails there.
 LET_THROUGH = {"lab1_direct_read.py", "lab1_fake_marks.py", "lab1_no_marks.py"}
+# Native code reached through an allowed module's attribute (torch.ctypes, numpy's copy of ctypes): the
+# audit cannot see every such path, and does not need to; these are graded audited, and fail on what is measured.
+BEHIND_THE_AUDIT = {"lab5_pages_dropped.py", "lab5_graph_paged_out.py"}
 
 
-@pytest.mark.parametrize("name", [n for n in LAB_CHEATS if n not in PLAIN | LET_THROUGH])
+@pytest.mark.parametrize("name", [n for n in LAB_CHEATS if n not in PLAIN | LET_THROUGH | BEHIND_THE_AUDIT])
 def test_the_audit_refuses_every_attempt_that_breaks_a_lab_rule(name):
     assert refused(CHEATS / name, lab_of(name)), f"{name} passed the source audit"
 
@@ -122,11 +126,16 @@ RESPELLED = ["lab4_shape_count.py", "lab4_nan_by_nonzero.py", "lab2_row_slices.p
              "lab6_all_gather.py"]
 # The lab's recipe changed instead of fixed.
 RECIPE = ["lab6_one_micro_batch.py", "lab6_two_micro_batches.py"]
+# A profile written by hand, not by the profiler, with answers that fit it.
+FORGED = ["lab0_invented_operators.py", "lab0_answers_from_the_docs.py"]
+# Memory kept, its pages handed back to the kernel so that it is not resident.
+PAGED_OUT = sorted(BEHIND_THE_AUDIT)
 MOVED_INTO_WARMUP = ["lab1_preload_warmup.py", "lab2_pool_in_warmup.py", "lab3_precompute_real_decoys.py",
                      "lab4_precompute_real_decoys.py"]
 SOUND = ["lab1_workers2.py", "lab1_workers16.py", "lab1_threadpool.py", "lab1_cpu_count.py", "lab3_foreach.py",
          "lab2_functional_bag.py", "lab2_index_add.py", "lab2_sparse.py",
-         "lab3_inplace_builtins.py", "lab3_sdpa_only.py", "lab4_four_items.py", "lab4_preallocated.py"]
+         "lab3_inplace_builtins.py", "lab3_sdpa_only.py", "lab4_four_items.py", "lab4_preallocated.py",
+         "lab2_padded_gather.py", "lab2_padded_lists.py", "lab4_bincount.py"]
 WHOLE_EPOCH = "lab1_workers32.py"
 
 
@@ -139,7 +148,8 @@ def batch(kit, tmp_path_factory) -> Batch:
 
     return Batch(sharing_data(tmp_path_factory.mktemp("trust-kit"), kit), {
         "unaudited": ({}, of(CHEATS, UNAUDITED, False)),
-        "plain": ({}, of(CHEATS, DECOYS + MOVED_INTO_WARMUP + RESPELLED + RECIPE, True)),
+        "plain": ({}, of(CHEATS, DECOYS + MOVED_INTO_WARMUP + RESPELLED + RECIPE + PAGED_OUT + FORGED,
+                              True)),
         "sound": ({}, of(LEARNER_FILES, SOUND + [WHOLE_EPOCH], True)),
     })
 
@@ -254,6 +264,42 @@ def test_larger_micro_batches_are_not_the_labs_workload(batch, name):
     caught(report, "evidence", "ran on other shapes than the original's")
     check = failed_check(report)
     assert "[8, " in check["expected"] and "micro-batches" in check["help"], explain(report)
+
+
+def test_a_profile_nobody_recorded_is_not_the_labs_step(batch):
+    """Lab 0: a trace written by hand, with the real steps' times, the four labels, the profiler's own ids
+    and operators made up to fit its answers: the kit's own profile of the original's step says which
+    operators a step runs, and how often."""
+    code, report = batch.report("plain", CHEATS / "lab0_invented_operators.py")
+    assert code == 1, explain(report)
+    caught(report, "evidence", "not the lab's training step", "aten::convolution_backward")
+    details = failed_check(report)["details"]
+    assert any(d.startswith("aten::conv2d: 7 calls per step") for d in details), explain(report)
+    assert any(d.startswith("aten::fused_conv_block:") and "never runs it" in d for d in details), explain(report)
+
+
+def test_a_profile_written_from_the_docs_is_not_the_profilers(batch):
+    """Lab 0: a trace written by hand with the operators the lab is about, as often as a real step runs
+    them, and the answers everyone gives: no operator carries the profiler's own id."""
+    code, report = batch.report("plain", CHEATS / "lab0_answers_from_the_docs.py")
+    assert code == 1, explain(report)
+    caught(report, "evidence", "not written by torch.profiler", "External id")
+
+
+@pytest.mark.parametrize("name", PAGED_OUT)
+def test_memory_handed_back_to_the_kernel_is_still_held(batch, name):
+    """Lab 5's early evaluations' graphs kept for good, their activations' pages dropped with
+    madvise(MADV_DONTNEED): the resident memory a sampler reads is a fix's, the allocations are the leak's.
+    The peak graded counts what the run holds, resident or not."""
+    code, report = batch.report("plain", CHEATS / name)
+    assert report["audited"] is True and code == 1, explain(report)
+    caught(report, "faster", "more than the 45% this lab allows")
+    assert "held without being resident" in failed_check(report)["actual"], explain(report)
+    runs = report["memory"]["runs"]["learner"][1:]
+    # What gave it away: its resident peak alone is within the lab's share, what it held is not.
+    original = report["memory"]["original"]
+    assert all(max(r["rss_peak_mb"], r["hwm_peak_mb"]) < 0.45 * min(original) for r in runs), explain(report)
+    assert all(r["committed_peak_mb"] > 0.45 * max(original) for r in runs), explain(report)
 
 
 def test_the_work_floor_counts_products_by_size_and_sparse_ones_not_at_all(tmp_path):

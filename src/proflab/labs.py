@@ -227,6 +227,10 @@ class Profiling:
     labels: tuple[str, ...]
     max_steps: int
     where: str = ""  # where to look when the profile misses something
+    # The kit's own record of the workload: the original's first run is profiled by the kit for this many
+    # steps after its timed ones (the first warms the profiler up), and the learner's trace must hold the
+    # same operators, as often per step. 0: no record, no cross-check.
+    kit_steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -456,7 +460,8 @@ _PEAK_SHARE = _Kind("a share of the original's peak memory, above 0 and below 1 
 _PEAK_SHARES: Spec = {"cpu": (_PEAK_SHARE, True), "cuda": (_PEAK_SHARE, False)}
 _NOT_A_FIX = _Kind("a table of calls and why each is not a fix ({\"gc.collect\" = \"...\"})",
                    lambda v: isinstance(v, dict) and all(_is_text(x) for x in v.values()))
-_PROFILE: Spec = {"labels": (_TEXTS, True), "max_steps": (_integer(1), True), "where": (_STRING, False)}
+_PROFILE: Spec = {"labels": (_TEXTS, True), "max_steps": (_integer(1), True), "where": (_STRING, False),
+                  "kit_steps": (_integer(2, ": the first profiled step only warms the profiler up"), False)}
 
 
 def _answer_spec() -> Spec:
@@ -668,7 +673,8 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
         storage=Storage(**storage) if storage is not None else None,
         audit=Audit(allow=tuple(audit.get("allow", ())), refuse=tuple(audit.get("refuse", ()))),
         profiling=Profiling(labels=tuple(profiling["labels"]), max_steps=profiling["max_steps"],
-                            where=profiling.get("where", "")) if profiling is not None else None,
+                            where=profiling.get("where", ""), kit_steps=profiling.get("kit_steps", 0))
+        if profiling is not None else None,
         answers=tuple(answers),
         overhead={device: float(value) for device, value in overhead.items()},
         leaner={device: float(value) for device, value in leaner.items()},

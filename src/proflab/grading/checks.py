@@ -444,14 +444,12 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
         what = "original" if which == "original" else Path(file).name
         on_progress(f"round {round_no}/{rounds}: running the {what}" if round_no <= rounds else
                     f"extra round {round_no}: the speed-up is close to the threshold, measuring again ({what})")
-        try:  # a version's first run is profiled; the later ones only time it, so stop after the timed steps
+        try:
             outcome = execute.run(lab, original if which == "original" else file, name, device=device,
                                   trace_dir=work / "traces" / which if first else None, timeout_s=timeout,
                                   checking=True, workdir=lab.folder if which == "original" else workdir,
                                   shown_as=lab.original if which == "original" else shown_as,
-                                  # (a lab graded on memory runs every step each time: its peak
-                                  # grows with the steps, and each round must compare the same)
-                                  steps=None if first or lab.leaner else {"profile_steps": 0},
+                                  steps=_steps(lab, which, first),
                                   preload=preload, seed=seeds.setdefault(round_no, round_seed()),
                                   role=original_role(lab) if which == "original" else str(file),
                                   reads=original_reads() if which == "original" else ())
@@ -820,6 +818,18 @@ def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.
     return False
 
 
+def _steps(lab: labs.Lab, which: str, first: bool) -> dict[str, Any] | None:
+    """What a run takes besides the manifest's steps. A version's first run is profiled; the later ones
+    only time it, so stop after the timed steps (a lab graded on memory runs every step each time: its
+    peak grows with the steps, and each round must compare the same). Lab 0: the learner's file profiles
+    itself; the original's first run is profiled by the kit after its timed steps, its record of the work."""
+    if lab.profiling is not None:
+        if which == "original" and first and lab.profiling.kit_steps:
+            return {"profile_steps": lab.profiling.kit_steps, "learner_profiles": False}
+        return None
+    return None if first or lab.leaner else {"profile_steps": 0}
+
+
 def _measure(metric: str, trace: evidence.Trace, ranks: list[evidence.Trace] | None) -> evidence.Measure:
     """A trace's figure; a torchrun job's is its ranks' worst (the highest), each rank's said."""
     if not ranks:
@@ -880,6 +890,8 @@ def _own_profile(lab: labs.Lab, report: Report, proof: Check, run: execute.Outco
                      "in all, as the checker saw them", f"{in_trace * 1000:.0f} ms in the trace",
                      "let torch.profiler write the trace, and call prof.step() once per training step")
         return False
+    if not _same_step_as_the_kits(lab, proof, trace, loaded.get("original")):
+        return False
     missing = answers.missing_labels(trace, prof.labels)
     if missing:
         label, lacking = next(iter(missing.items()))
@@ -914,6 +926,37 @@ def _own_profile(lab: labs.Lab, report: Report, proof: Check, run: execute.Outco
     return True
 
 
+def _same_step_as_the_kits(lab: labs.Lab, proof: Check, trace: evidence.Trace,
+                           kit: evidence.Trace | None) -> bool:
+    """Lab 0: the learner's trace is torch.profiler's (its operators carry the profiler's own ids) and
+    holds the step the kit profiled itself in the original (the same operators, as often per step)."""
+    from ..measuring import answers
+
+    how = "let torch.profiler write the trace: on_trace_ready=tensorboard_trace_handler(cfg.trace_dir)"
+    why = answers.not_profiler_made(trace)
+    if why:
+        proof.failed(f"the trace was not written by torch.profiler: {why}", "a trace torch.profiler wrote",
+                     "a trace written otherwise", how)
+        return False
+    if not lab.profiling.kit_steps:
+        return True
+    if kit is None:
+        proof.inconclusive("the kit's own profile of the original step is missing: your trace could not be "
+                           "compared with it", "the kit's profile of the original", "none",
+                           "check again; if it happens again, the kit is at fault: tell your instructor")
+        return False
+    unlike = answers.unlike_the_workload(trace, kit)
+    if unlike:
+        proof.failed(f"your trace's steps are not the lab's training step: {unlike[0]}",
+                     "the operators of the original's step, as often per step, as the kit profiled it itself",
+                     f"{len(unlike)} difference{'s' if len(unlike) > 1 else ''}",
+                     "profile the training loop itself, one prof.step() per training step, and answer from "
+                     "that profile; the kit's profile of the original is the 'original' run in proflab "
+                     "tensorboard", details=unlike)
+        return False
+    return True
+
+
 def _series(lab: labs.Lab, report: Report, kind: str = "host") -> tuple[list, list]:
     """What the fourth check compares, paired by round: step times, or (a lab graded on memory) the peaks
     of ``kind`` ("host", "device") of the unprofiled runs."""
@@ -937,7 +980,7 @@ def _record_peaks(report: Report, originals: list[execute.Outcome], learners: li
                              device_learner=[figures(m).get("device_peak_mb") for _, m in later])
     first = figures(learners[0])
     report.memory["measured"] = first.get("measured", "")
-    report.memory["source"] = "/proc/PID/status: VmRSS summed, VmHWM" + (
+    report.memory["source"] = "/proc/PID/status: VmRSS summed, VmHWM, VmData growth" + (
         f"; {first['device_source']}" if first.get("device_source") else "")
     report.memory["runs"] = {"original": [figures(o) for o in originals], "learner": [figures(m) for m in learners]}
 
@@ -1073,6 +1116,19 @@ def _overhead(lab: labs.Lab, report: Report, faster: Check, cmp: stats.Compariso
                             "again; --rounds N starts with more rounds")
 
 
+def _held_not_resident(report: Report) -> float:
+    """How much of the learner's host peak was held but not resident (median over its unprofiled runs, MB):
+    0 where that is within a tenth of its resident peak (allocators keep some memory of their own)."""
+    runs = report.memory.get("runs", {}).get("learner", [])[1:]
+    gaps = [r["committed_peak_mb"] - max(r["rss_peak_mb"], r["hwm_peak_mb"]) for r in runs
+            if r.get("committed_peak_mb") is not None and r.get("rss_peak_mb") is not None]
+    resident = [max(r["rss_peak_mb"], r["hwm_peak_mb"]) for r in runs if r.get("rss_peak_mb") is not None]
+    if not gaps or not resident:
+        return 0.0
+    gap = stats.median(gaps)
+    return gap if gap > 0.1 * stats.median(resident) else 0.0
+
+
 def _leaner(lab: labs.Lab, report: Report, faster: Check, file: Path | None) -> None:
     """A lab graded on memory (lab 5): the runs' peaks, read from outside them, against the original's."""
     share = lab.peak_share(report.device)
@@ -1097,7 +1153,12 @@ def _leaner(lab: labs.Lab, report: Report, faster: Check, file: Path | None) -> 
     report.comparison = cmp.as_dict()
     report.threshold = lab.threshold(report.device)
     ratio = 1.0 / cmp.speedup
-    what = "device memory, from the driver" if kind == "device" else "host memory (RSS, every process), from /proc"
+    what = ("device memory, from the driver" if kind == "device"
+            else "host memory (resident or held, every process), from /proc")
+    hidden = _held_not_resident(report) if kind == "host" else 0.0
+    if hidden:
+        what += (f"; {hidden:.0f} MB of your peak was held without being resident (allocated memory whose "
+                 f"pages were handed back to the kernel still belongs to the run, and counts)")
     rounds = ", ".join(f"{o:.0f} → {m:.0f}" for o, m in zip(original, learner))
     measured = (f"peak {stats.median(original):.0f} MB → {stats.median(learner):.0f} MB "
                 f"(median of {cmp.rounds} unprofiled runs each; per round: {rounds} MB), {ratio:.0%} of the "

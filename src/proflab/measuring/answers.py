@@ -161,3 +161,64 @@ def written_during(trace: Trace, base_ns: Any, window: list[float]) -> bool:
         if not begin - WALL_SLACK_S <= at <= end + WALL_SLACK_S:
             return False
     return True
+
+
+# The kit's own record of the workload (lab 0's original, profiled by the kit). A learner's trace holds the
+# same step when it runs every operator the record runs at least once a step as often, within this share
+# (and one call): printing or an accuracy adds a few operators, never fewer convolutions. What the data
+# loader runs is left out: loading in worker processes (lab 1's lesson) takes it off the traced thread.
+CALLS_SLACK = 0.10
+LOADER = "enumerate(DataLoader)"
+# An operator the workload never runs, in the learner's trace, with this share of its operators' self time
+# or more: something else was profiled, or the trace was not written by a profiler.
+FOREIGN_SHARE = 0.05
+
+
+def _step_calls(trace: Trace) -> dict[str, float]:
+    """Calls per step of each ``aten::`` operator of the trace's steps, what the data loader runs left out."""
+    loading = [e for e in trace.events if e.name.startswith(LOADER)]
+    calls: dict[str, int] = {}
+    for e in trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::")):
+        if not any(d.ts <= e.ts < d.end and d.tid == e.tid and d.pid == e.pid for d in loading):
+            calls[e.name] = calls.get(e.name, 0) + 1
+    return {name: n / len(trace.steps) for name, n in calls.items()}
+
+
+def _time_shares(trace: Trace) -> dict[str, float]:
+    """Each ``aten::`` operator's share of the operators' self time in the trace's steps."""
+    times = self_times(trace)
+    total = sum(times.values()) or 1.0
+    return {name: t / total for name, t in times.items()}
+
+
+def not_profiler_made(trace: Trace) -> str:
+    """Why the trace cannot have been written by torch.profiler ('' when nothing says so): every operator it
+    records carries the profiler's ``External id``, one of its own."""
+    ops = trace.within_steps(lambda e: e.cat == "cpu_op")
+    if not ops:
+        return "its steps hold no operator at all"
+    ids = [e.args.get("External id") if e.args else None for e in ops]
+    missing = sum(1 for i in ids if not isinstance(i, int) or isinstance(i, bool))
+    if missing:
+        return f"{missing} of its {len(ops)} operators carry no External id, which torch.profiler gives every one"
+    if len(set(ids)) < len(ids):
+        return f"{len(ids) - len(set(ids))} of its operators share an External id with another"
+    return ""
+
+
+def unlike_the_workload(learner: Trace, kit: Trace) -> list[str]:
+    """How the learner's steps differ from the kit's own profile of the same step (empty: they do not):
+    an operator of the step run more or less often, or one the step never runs holding a large share of
+    the time."""
+    mine, work, shares = _step_calls(learner), _step_calls(kit), _time_shares(kit)
+    found = []  # the step's heaviest operators first
+    for name, calls in sorted(work.items(), key=lambda item: (-shares.get(item[0], 0.0), -item[1], item[0])):
+        theirs = mine.get(name, 0.0)
+        if calls >= 1 and abs(theirs - calls) > max(1.0, CALLS_SLACK * calls):
+            found.append(f"{name}: {theirs:g} calls per step in your trace, {calls:g} in the kit's own profile "
+                         "of the same step")
+    known = set(shares) | set(work)
+    for name, share in sorted(_time_shares(learner).items(), key=lambda item: -item[1]):
+        if name not in known and share >= FOREIGN_SHARE:
+            found.append(f"{name}: {share:.0%} of your trace's operator time, and this step never runs it")
+    return found

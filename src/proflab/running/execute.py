@@ -254,6 +254,8 @@ def run(
         "sys_path": list(sys_path or []),
         **(steps or {}),
     }
+    if lab.profiling is not None:  # lab 0's loop takes cfg.steps steps: the timed ones, and any the kit profiles
+        spec["cfg_steps"] = spec["warmup_steps"] + spec["timed_steps"] + spec["profile_steps"]
     if lab.distributed is not None:  # a torchrun job: each rank fills in its number (runner._for_rank)
         spec.update(nproc=lab.distributed.nproc, mark_fifo=str(scratch / "marks-{rank}"),
                     result_path=str(scratch / "result-{rank}.json"), worker_name="rank{rank}",

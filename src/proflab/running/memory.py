@@ -7,7 +7,13 @@ Two figures, both read by the checker's process, never reported by the run:
   (``VmHWM``, the kernel's own peak of its resident memory, which catches a
   peak between two samples). The run's peak is the larger of the two: a
   process that resets its high-water mark (``/proc/self/clear_refs``) still
-  has every sample taken while its memory was held. The limit check
+  has every sample taken while its memory was held. And what the run's
+  processes hold without it being resident: the growth of each one's
+  private memory (``VmData``, what it has asked the kernel for and not given
+  back) since it was first seen, added to the resident memory it started
+  with. Pages handed back with ``madvise(MADV_DONTNEED)`` leave the resident
+  memory and stay in this figure as long as the allocation lives. The peak
+  graded is the largest of the three. The limit check
   (``memory_mb``) uses PSS instead, which counts the pages forked DataLoader
   workers share once, at a slower pace (``execute``).
 * **device memory** (CUDA): what the driver reports per process
@@ -69,17 +75,20 @@ def _pss_or_rss_kb(pid: int) -> int:
     return pss if pss is not None else (kb(f"/proc/{pid}/status", "VmRSS:") or 0)
 
 
-def _rss_and_hwm_kb(pid: int) -> tuple[int, int]:
-    rss = hwm = 0
+def _rss_hwm_data_kb(pid: int) -> tuple[int, int, int]:
+    """A process's resident memory, its high-water mark and its private memory (VmData), in kB."""
+    rss = hwm = data = 0
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 rss = int(line.split()[1])
             elif line.startswith("VmHWM:"):
                 hwm = int(line.split()[1])
+            elif line.startswith("VmData:"):
+                data = int(line.split()[1])
     except (OSError, ValueError, IndexError):
         pass
-    return rss, hwm
+    return rss, hwm, data
 
 
 @dataclass
@@ -89,21 +98,30 @@ class Watch:
     members: list[int] = field(default_factory=list)  # the run's processes, as last scanned
     rss_peak_kb: int = 0  # the largest sum of every process's resident memory at one sample
     hwm_peak_kb: int = 0  # the largest high-water mark any one process had
+    committed_peak_kb: int = 0  # resident memory at the start, plus the largest growth of private memory since
+    start_rss_kb: int | None = None  # every process's resident memory at the first sample
+    start_data_kb: dict[int, int] = field(default_factory=dict)  # each process's private memory, first seen
     samples: int = 0
     device: "DeviceWatch | None" = None
 
     def sample(self) -> None:
-        total = 0
+        total = growth = 0
         for pid in self.members:
-            rss, hwm = _rss_and_hwm_kb(pid)
+            rss, hwm, data = _rss_hwm_data_kb(pid)
+            if not rss:  # gone, or not readable
+                continue
             total += rss
+            growth += data - self.start_data_kb.setdefault(pid, data)
             self.hwm_peak_kb = max(self.hwm_peak_kb, hwm)
         self.rss_peak_kb = max(self.rss_peak_kb, total)
+        if self.start_rss_kb is None and total:
+            self.start_rss_kb = total
+        self.committed_peak_kb = max(self.committed_peak_kb, (self.start_rss_kb or 0) + growth)
         self.samples += 1
 
     @property
     def host_peak_mb(self) -> float:
-        return max(self.rss_peak_kb, self.hwm_peak_kb) / 1024
+        return max(self.rss_peak_kb, self.hwm_peak_kb, self.committed_peak_kb) / 1024
 
     def start_device(self) -> None:
         """On a machine with NVIDIA's driver tools, sample the device memory too (a thread)."""
@@ -125,12 +143,14 @@ class Watch:
         return {
             "peak_mb": round(host, 1) if host > 0 else None,
             "rss_peak_mb": round(self.rss_peak_kb / 1024, 1), "hwm_peak_mb": round(self.hwm_peak_kb / 1024, 1),
+            "committed_peak_mb": round(self.committed_peak_kb / 1024, 1),
             "samples": self.samples,
             "device_peak_mb": round(device, 1) if device else None,
             "device_graded": run_device.startswith("cuda") or bool(device),
             "device_source": self.device.source if self.device is not None else None,
             "reported_device_mb": round(reported_device_mb, 1) if reported_device_mb is not None else None,
-            "measured": "host memory (RSS, every process), from /proc"
+            "measured": "host memory (every process's resident memory, and what it holds without it being "
+                        "resident), from /proc"
                         + ("; device memory, from the driver" if run_device.startswith("cuda") or device else ""),
         }
 
