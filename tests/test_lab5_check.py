@@ -205,14 +205,14 @@ def test_a_figure_that_cannot_be_read_is_none_never_zero(monkeypatch):
 
 def test_not_a_fix_is_told_for_calls_the_original_does_not_make(tmp_path):
     from proflab import labs
-    from proflab.grading import checks
+    from proflab.grading import bottleneck
 
     lab = labs.resolve("memory")
     said = tmp_path / "a.py"
     said.write_text("# torch.cuda.empty_cache() would not help here\nfrom gc import collect\ncollect()\n")
-    found = checks._not_a_fix(lab, said)
+    found = bottleneck.not_a_fix(lab, said)
     assert [line.split(":")[0] for line in found] == ["gc.collect"]  # a comment is no call
-    assert checks._not_a_fix(lab, lab.original) == []
+    assert bottleneck.not_a_fix(lab, lab.original) == []
 
 
 def test_the_peak_is_seen_from_outside_even_when_the_process_resets_its_high_water_mark():

@@ -15,6 +15,10 @@ measured (within the lab's round limit and time budget); if it still cannot
 be called, the verdict is "inconclusive", never a coin flip. A file that is
 still the original, byte for byte, runs once, as both versions. The first
 failing check stops the chain: later checks are reported as skipped.
+
+This module runs the rounds and decides the first two checks; ``bottleneck``
+decides the third from the traces, ``margin`` the fourth from the rounds'
+figures, and ``verdicts`` holds what every check and report says.
 """
 
 from __future__ import annotations
@@ -22,167 +26,24 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ..measuring import breakdown, evidence, stats, traces
-from . import compare
+from ..measuring import evidence, stats, traces
+from . import bottleneck, compare, margin
 from .. import errors, labs, paths
 from ..running import execute, forkserver, sandbox
-from ..labs import format_value
 from .staging import (NotGraded, Stage, original_reads, original_role, prepare_data, snapshot, stage,  # noqa: F401
                       unreadable, workspace)
-
-PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
-INCONCLUSIVE = "inconclusive"  # too noisy to call either way: neither a pass nor a fail
-
-# name, title, what it checks (shown with every verdict)
-CHECKS = (
-    ("runs", "It runs", "your file imports, and pipeline(cfg) yields every step without error"),
-    ("same_results", "Same work, same results", "every step processes the same samples and yields the same values as the original"),
-    ("evidence", "The bottleneck is gone", "the profiler trace of your version no longer shows the bottleneck"),
-    ("faster", "Faster", "your version is faster than the original by the lab's threshold"),
-)
-
-
-# In a lab whose learner profiles (lab 0), the last two checks are about their profile and what it costs.
-OWN_PROFILE_CHECKS = {
-    "evidence": ("Your own profile", "the trace your profiler wrote: a window of labelled steps, and your answers "
-                 "read from it"),
-    "faster": ("Low overhead", "your profiled version is at most the lab's overhead slower than the unprofiled one"),
-}
-
-
-# In a lab graded on memory (lab 5), the last check is about the run's peak memory.
-LEANER_CHECK = ("Leaner", "your version's peak memory, measured by the checker from outside its process, is at "
-                "most the lab's share of the original's")
-
-
-def checks_of(lab: labs.Lab) -> tuple[tuple[str, str, str], ...]:
-    """The four checks, as this lab names them."""
-    if lab.gating is not None:
-        from . import gate_lab
-
-        return gate_lab.checks_of(lab)
-    if lab.leaner:
-        return tuple((name, *LEANER_CHECK) if name == "faster" else (name, title, text)
-                     for name, title, text in CHECKS)
-    if lab.profiling is None:
-        return CHECKS
-    return tuple((name, *OWN_PROFILE_CHECKS.get(name, (title, text))) for name, title, text in CHECKS)
-
-
-@dataclass
-class Check:
-    name: str
-    title: str
-    description: str
-    status: str = SKIPPED
-    rationale: str = ""
-    expected: str = ""
-    actual: str = ""
-    help: str = ""
-    details: list[str] = field(default_factory=list)
-
-    def passed(self, rationale: str, expected: str = "", actual: str = "", help: str = "") -> None:
-        self.status, self.rationale, self.expected, self.actual, self.help = PASSED, rationale, expected, actual, help
-
-    def failed(self, rationale: str, expected: str = "", actual: str = "", help: str = "",
-               details: list[str] | None = None) -> None:
-        self.status, self.rationale, self.expected, self.actual, self.help = FAILED, rationale, expected, actual, help
-        self.details = details or []
-
-    def inconclusive(self, rationale: str, expected: str = "", actual: str = "", help: str = "") -> None:
-        self.status, self.rationale, self.expected, self.actual, self.help = INCONCLUSIVE, rationale, expected, actual, help
-
-
-# 0 passed, 1 failed, 3 cannot grade (the original, a gate's baseline, or the kit failed), 4 too noisy to call.
-EXIT_CODES = {PASSED: 0, FAILED: 1, "error": 3, INCONCLUSIVE: 4}
-
-
-class Verdict:
-    """What the checker's and the gate's reports share: a verdict, its exit code, checks by name, a record."""
-
-    verdict: str
-    checks: list[Check]
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_CODES.get(self.verdict, 3)
-
-    def check(self, name: str) -> Check:
-        return next(c for c in self.checks if c.name == name)
-
-    def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["exit_code"] = self.exit_code
-        return data
-
-
-@dataclass
-class Report(Verdict):
-    lab: str
-    number: int
-    title: str
-    file: str
-    label: str
-    device: str = "?"
-    verdict: str = FAILED  # passed | failed | inconclusive | error
-    error: str = ""  # the kit or the original failed, not the learner
-    checks: list[Check] = field(default_factory=list)
-    comparison: dict[str, float] | None = None
-    threshold: float | None = None
-    evidence: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, list[float]] = field(default_factory=lambda: {"original": [], "learner": []})
-    step_times: dict[str, list[float]] = field(default_factory=lambda: {"original": [], "learner": []})
-    latency: dict[str, dict[str, float]] = field(default_factory=dict)  # per-step median and p95, ms
-    # The first step (import, set-up, first batch): the medians over each version's runs and what of it
-    # is left out of the time ("allowance_s"), in seconds
-    first_step: dict[str, float] = field(default_factory=dict)
-    breakdown: dict[str, dict[str, Any]] = field(default_factory=dict)  # where a profiled step's time went
-    # A lab graded on memory: the peaks, in MB, read from outside the runs ("original", "learner": one per
-    # unprofiled round; "device_*" likewise on CUDA; "runs": every run's figures; "measured", "source":
-    # how), with the share of the original's peak the lab allows ("share")
-    memory: dict[str, Any] = field(default_factory=dict)
-    traces: dict[str, str] = field(default_factory=dict)
-    trace_sha256: dict[str, str] = field(default_factory=dict)  # as each run sent it, the moment it was written
-    # A torchrun job's traces, every rank's in order ("traces" holds rank 0's), with their fingerprints
-    rank_traces: dict[str, list[str]] = field(default_factory=dict)
-    rank_trace_sha256: dict[str, list[str]] = field(default_factory=dict)
-    file_sha256: str = ""  # of the copy of the learner's file taken when the check started: what was graded
-    audited: bool = True  # False only when the source audit was turned off (the kit's own tests)
-    # Whether every run was in a sandbox of the engine's, and which (``sandbox.Engine.describe``): an
-    # unsandboxed grade rests on the learner's file keeping to itself
-    sandboxed: bool = False
-    sandbox: str = ""
-    refused: list[dict[str, Any]] = field(default_factory=list)  # what the source audit refused, line by line
-    runs_dir: str = ""
-    output: str = ""
-    traceback: str = ""
-    duration_s: float = 0.0
-    stopped: str = ""  # why the measuring stopped: decided | round limit | time budget
-    against: str = "against the original"  # what the file is checked against, in words (lab 7: the gates it runs)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Report":
-        """A report from ``as_dict``'s record (a grading's journal)."""
-        known, of_check = {f.name for f in fields(cls)}, {f.name for f in fields(Check)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["checks"] = [Check(**{k: v for k, v in c.items() if k in of_check}) for c in data["checks"]]
-        return cls(**values)
-
-
-Progress = Callable[[str], None]
+# What a check says lives in verdicts; the names are kept here too, for the callers of the checker.
+from .verdicts import (CHECKS, EXIT_CODES, FAILED, INCONCLUSIVE, PASSED, SKIPPED, Check,  # noqa: F401
+                       Progress, Report, checks_of, where_to_look)
 
 
 def trace_dir(lab: labs.Lab, label: str) -> Path:
     """``runs/01-dataloader/original``: one TensorBoard run per lab and version."""
     return paths.runs_dir() / lab.slug / label
-
-
-def where_to_look(lab: labs.Lab) -> str:
-    return f"run `proflab hint {lab.name}` for a hint, and `proflab tensorboard` to compare the traces"
 
 
 def runtime_failure(check: Check, outcome: execute.Outcome, lab: labs.Lab, timeout: float) -> None:
@@ -542,7 +403,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
         report.step_times["original"] = [t for o in originals for t in o.result["step_times"]]
         report.step_times["learner"] = [t for o in learners for t in o.result["step_times"]]
         if lab.leaner:
-            _record_peaks(report, originals, learners)
+            margin.record_peaks(report, originals, learners)
 
         if round_no == 1:
             runs.passed(f"{Path(file).name} ran all {lab.workload.total_steps} steps on {report.device}",
@@ -551,9 +412,9 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                         f"({', '.join(r.key for r in lab.results)})",
                         expected="the original's values", actual="equal within tolerance")
             if lab.profiling is not None:
-                proven = _own_profile(lab, report, proof, learners[0], loaded)
+                proven = bottleneck.own_profile(lab, report, proof, learners[0], loaded)
             else:
-                proven = _evidence(lab, report, proof, learners[0], loaded, file, same)
+                proven = bottleneck.evidence_holds(lab, report, proof, learners[0], loaded, file, same)
             loaded.clear()  # the traces' events are not needed after this
             if not proven:
                 report.verdict = FAILED
@@ -568,7 +429,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
             if report.stopped:
                 break
 
-    _faster(lab, report, faster, file)
+    margin.grade(lab, report, faster, file)
     report.verdict = {PASSED: PASSED, FAILED: FAILED}.get(faster.status, INCONCLUSIVE)
 
 
@@ -657,165 +518,15 @@ def _stop_reason(lab: labs.Lab, report: Report, done: int, elapsed_s: float) -> 
     call, up to the lab's round limit and while it fits in its time budget.
     """
     if lab.leaner:  # decided, or a peak that could not be read (no more rounds will read it)
-        if _memory_decision(lab, report)[0] not in (stats.UNCLEAR, "too few"):
+        if margin.memory_decision(lab, report)[0] not in (stats.UNCLEAR, "too few"):
             return "decided"
-    elif stats.compare(*_series(lab, report)).decide(lab.threshold(report.device)) != stats.UNCLEAR:
+    elif stats.compare(*margin.series(lab, report)).decide(lab.threshold(report.device)) != stats.UNCLEAR:
         return "decided"
     if done >= lab.workload.round_limit:
         return "round limit"
     if elapsed_s + elapsed_s / done > lab.workload.budget_s:
         return "time budget"
     return ""
-
-
-# A step may run this much slower while profiled before it is suspected of
-# doing work only then (the profiler itself costs up to ~2.5x on lab 2's
-# thousands of tiny operators), and by at least this many seconds. How a
-# profiled step is timed: _same_work_when_profiled.
-PROFILED_SLOWDOWN_MAX = 5.0
-PROFILED_SLOWDOWN_MIN_S = 0.0005
-
-
-def _busy_per_step(trace: evidence.Trace) -> list[float]:
-    """Seconds each profiled step spent inside operators (the outermost ``cpu_op`` events of every thread,
-    summed): the work the step did, without the profiler's own book-keeping between operators, which on a
-    step of a millisecond costs several times the step itself."""
-    from ..measuring.evidence import _outermost
-
-    busy = []
-    for step in trace.steps:
-        ops = [e for e in trace.events if e.cat == "cpu_op" and step.ts <= e.ts < step.end]
-        busy.append(sum(e.dur for e in _outermost(ops)) / 1e6)
-    return busy
-
-
-def _same_work_when_profiled(run: execute.Outcome, trace: evidence.Trace, same: Check) -> bool:
-    """The profiled steps are the timed steps' evidence only if they do the same work.
-
-    What a profiled step did is read from the trace: the time it spent inside operators
-    (``_busy_per_step``), not its length, which the profiler's own book-keeping stretches several times
-    over on a step of a millisecond (lab 2's index_add fix: 1.1 ms timed, 9.1 ms profiled, with little
-    more time inside its operators). A version that works only when profiled spends more time inside
-    operators in one profiled step than a timed step lasts, many times over; a sound fix never does (its
-    timed step holds the same operators, and more: Python, the loader, waits).
-    """
-    busy = _busy_per_step(trace)
-    if not busy:
-        return True
-    profiled = sorted(busy)[len(busy) // 2]
-    timed = max(run.mean_step_s, 1e-9)
-    if profiled > PROFILED_SLOWDOWN_MAX * timed and profiled - timed > PROFILED_SLOWDOWN_MIN_S:
-        same.failed(f"a profiled step spent {profiled / timed:.0f}× as long inside operators as a whole timed "
-                    f"step took ({profiled * 1000:.1f} ms against {timed * 1000:.1f} ms)",
-                    f"at most {PROFILED_SLOWDOWN_MAX:g}× (the operators' own cost of being recorded)",
-                    f"{profiled / timed:.0f}×", "do the same work in every step, profiled or not")
-        return False
-    return True
-
-
-# A profiled step in the trace may differ from the same step stamped by the
-# checker by the profiler's own book-keeping between steps; more than this
-# factor either way means the trace is not of these steps.
-TRACE_STEP_FACTOR = 2.0
-TRACE_STEP_SLACK_S = 0.02
-
-
-def _trace_matches_steps(lab: labs.Lab, trace: evidence.Trace, run: execute.Outcome, proof: Check) -> bool:
-    """The trace's steps against the profiled steps the checker stamped from outside: as many, as long."""
-    expected = lab.workload.profile_steps - 1  # the schedule's first profiled step only warms the profiler up
-    steps = trace.steps
-    stamped = run.result.get("profiled_steps_s", [])[1:]
-    in_trace = sum(s.dur for s in steps) / 1e6
-    outside = sum(stamped)
-    if len(steps) != expected or not (
-            outside / TRACE_STEP_FACTOR - TRACE_STEP_SLACK_S <= in_trace <= outside * TRACE_STEP_FACTOR + TRACE_STEP_SLACK_S):
-        proof.failed("the trace does not match the profiled steps the checker saw",
-                     f"{expected} steps taking about {outside * 1000:.0f} ms in all",
-                     f"{len(steps)} steps taking {in_trace * 1000:.0f} ms",
-                     "leave torch.profiler and the trace files as they are")
-        return False
-    return True
-
-
-def _evidence(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.Outcome,
-              loaded: dict[str, evidence.Trace], file: Path | None, same: Check) -> bool:
-    ev = lab.evidence
-    if "learner" not in report.traces or "original" not in report.traces:
-        proof.failed("no trace was written", "a trace from each version", "none",
-                     "the profiled steps run after the timed ones: did the pipeline stop early? "
-                     "Leave torch.profiler as it is.")
-        return False
-    changed = [which for which, path in report.traces.items()
-               if labs.sha256(Path(path)) != report.trace_sha256.get(which)]
-    changed += [which for which, paths in report.rank_traces.items()
-                if [labs.sha256(Path(p)) if p else "" for p in paths] != report.rank_trace_sha256.get(which)]
-    if changed:
-        proof.failed("the trace was changed after the profiler wrote it", "the trace as the profiler wrote it",
-                     "a different file", "leave the trace files alone: the checker reads them as they were written")
-        return False
-    try:  # each trace read once, for every figure taken from it
-        traces = {which: loaded.get(which) or evidence.load(path) for which, path in report.traces.items()}
-        ranked = {which: [loaded.get(f"{which}@{rank}") or evidence.load(path) for rank, path in enumerate(paths)]
-                  for which, paths in report.rank_traces.items()}  # a torchrun job's: every rank's
-    except evidence.TraceError as e:
-        proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
-        return False
-    if not _trace_matches_steps(lab, traces["learner"], learner_run, proof):
-        return False
-    if not _same_work_when_profiled(learner_run, traces["learner"], same):
-        report.verdict = FAILED
-        return False
-    if ev.work_ops:
-        names = ", ".join(ev.work_ops)
-        work = evidence.work_flops(traces["learner"], ev.work_ops)
-        needed = ev.min_work_vs_original * evidence.work_flops(traces["original"], ev.work_ops).value
-        if work.value < needed:
-            proof.failed(f"the profiled steps did not do the work: {ev.work}",
-                         f"at least {needed / 1e6:.1f} MFLOPs per step in {names} "
-                         f"({ev.min_work_vs_original:g}× the original's)",
-                         f"{work.summary}",
-                         "compute each step's results in that step, from its own batch: not at import time, "
-                         "not in the warm-up steps, not from a cache")
-            return False
-    if ev.work_ops and ev.same_shapes:  # the lab's pieces (lab 6's micro-batches) are part of the lesson
-        theirs, other = evidence.other_shapes(ranked.get("original") or [traces["original"]],
-                                              ranked.get("learner") or [traces["learner"]], ev.work_ops)
-        if other:
-            proof.failed(f"{ev.work} ran on other shapes than the original's", "the original's: " + "; ".join(theirs[:4]),
-                         "; ".join(other[:4]) + (f" (and {len(other) - 4} more)" if len(other) > 4 else ""),
-                         ev.same_shapes)
-            return False
-    try:
-        original = _measure(ev.metric, traces["original"], ranked.get("original"))
-    except evidence.TraceError as e:  # the kit's own profile of the original: this torch records no such figure
-        raise NotGraded(f"the original's trace has no {ev.label} to compare with ({e})") from None
-    except KeyError as e:
-        proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
-        return False
-    try:
-        learner = _measure(ev.metric, traces["learner"], ranked.get("learner"))
-    except (KeyError, evidence.TraceError) as e:
-        proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable",
-                     "leave torch.profiler and the trace files as they are")
-        return False
-    report.evidence = {"metric": ev.metric, "label": ev.label, "unit": ev.unit,
-                       "original": asdict(original), "learner": asdict(learner)}
-    report.breakdown = {which: asdict(breakdown.of(trace)) for which, trace in traces.items()}
-    expected = ev.expectation(original.value)
-    actual = f"{format_value(learner.value, ev.unit)}: {learner.summary} (original: {original.summary})"
-    if ev.holds(learner.value, original.value):
-        proof.passed(f"{ev.label}: {format_value(original.value, ev.unit)} → {format_value(learner.value, ev.unit)}",
-                     expected, actual, ev.where)
-        if ev.more_to_gain_above is not None and learner.value > ev.more_to_gain_above * original.value:
-            proof.details.append(f"more to gain: {ev.label} is still {format_value(learner.value, ev.unit)} "
-                                 f"({learner.summary}), over {ev.more_to_gain_above:.0%} of the original's "
-                                 f"{format_value(original.value, ev.unit)}; look at {ev.where}")
-        return True
-    why = _not_a_fix(lab, file) if file is not None else []
-    proof.failed(f"{ev.label} is still {format_value(learner.value, ev.unit)} "
-                 f"(the original: {format_value(original.value, ev.unit)})",
-                 expected, actual, why[0] if why else f"{ev.where}; {where_to_look(lab)}", details=why)
-    return False
 
 
 def _steps(lab: labs.Lab, which: str, first: bool) -> dict[str, Any] | None:
@@ -830,351 +541,3 @@ def _steps(lab: labs.Lab, which: str, first: bool) -> dict[str, Any] | None:
     return None if first or lab.leaner else {"profile_steps": 0}
 
 
-def _measure(metric: str, trace: evidence.Trace, ranks: list[evidence.Trace] | None) -> evidence.Measure:
-    """A trace's figure; a torchrun job's is its ranks' worst (the highest), each rank's said."""
-    if not ranks:
-        return evidence.measure(metric, trace)
-    each = [evidence.measure(metric, t) for t in ranks]
-    worst = max(each, key=lambda m: m.value)
-    return evidence.Measure(value=worst.value, unit=worst.unit,
-                            summary="; ".join(f"rank {rank}: {m.summary}" for rank, m in enumerate(each)),
-                            details={**worst.details, "ranks": float(len(each))})
-
-
-def _own_profile(lab: labs.Lab, report: Report, proof: Check, run: execute.Outcome,
-                 loaded: dict[str, evidence.Trace]) -> bool:
-    """Lab 0: the trace the learner's own profiler wrote, and the answers they read from it."""
-    from ..measuring import answers
-
-    prof, r = lab.profiling, run.result
-    found, trace = r.get("traces_found", 0), loaded.get("learner")
-    window = "torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1)"
-    if found == 0:
-        proof.failed("your code wrote no profile", "a trace from torch.profiler's tensorboard_trace_handler, in "
-                     "cfg.trace_dir", "no trace", "wrap the training loop in torch.profiler.profile(..., "
-                     f"schedule={window}, on_trace_ready=tensorboard_trace_handler(cfg.trace_dir)), and call "
-                     "prof.step() after every step")
-        return False
-    if found > 1:
-        proof.failed(f"your code wrote {found} traces", "one trace: one window of steps", f"{found} traces",
-                     f"profile one window: {window}")
-        return False
-    if trace is None and r.get("trace_error") == execute.NO_STEPS:
-        proof.failed(f"your profile has no steps ({r.get('trace_mb', 0.0):.1f} MB): it records the whole loop "
-                     "as one: profile a window, not the whole loop", f"a window of at most {prof.max_steps} "
-                     "ProfilerStep# steps", "no ProfilerStep# in the trace",
-                     f"give the profiler a schedule: {window}, and call prof.step() after every step")
-        return False
-    if trace is None:
-        proof.failed(f"your trace could not be read: {r.get('trace_error', 'not a trace')}",
-                     "a trace written by tensorboard_trace_handler", "unreadable",
-                     "let torch.profiler write the trace: on_trace_ready=tensorboard_trace_handler(cfg.trace_dir)")
-        return False
-    steps, total = trace.steps, lab.workload.warmup_steps + lab.workload.timed_steps
-    size = f"{r.get('trace_mb', 0.0):.1f} MB"
-    if len(steps) > prof.max_steps:
-        every = " (every step of the loop)" if len(steps) >= total - 1 else ""
-        proof.failed(f"your profile holds {len(steps)} steps{every}: profile a window, not the whole loop",
-                     f"at most {prof.max_steps} steps", f"{len(steps)} steps, a trace of {size}",
-                     f"give the profiler a schedule: {window}; it records only the active steps")
-        return False
-    written_here = Path(r.get("trace_written_as") or "/").name == Path(r.get("trace") or "").name
-    if not written_here or not answers.written_during(trace, r.get("trace_base_ns"), r.get("wall_window", [])):
-        proof.failed("the trace was not written by this run's profiler", "a trace torch.profiler wrote during "
-                     "this run, into cfg.trace_dir", "a trace from elsewhere (its name or its clock say so)",
-                     "let torch.profiler write the trace: on_trace_ready=tensorboard_trace_handler(cfg.trace_dir)")
-        return False
-    ok, in_trace, outside = answers.matches_stamps(trace, r.get("all_step_s", []))
-    if not ok:
-        proof.failed("the trace's steps are not this run's steps", f"steps lasting about {outside * 1000:.0f} ms "
-                     "in all, as the checker saw them", f"{in_trace * 1000:.0f} ms in the trace",
-                     "let torch.profiler write the trace, and call prof.step() once per training step")
-        return False
-    if not _same_step_as_the_kits(lab, proof, trace, loaded.get("original")):
-        return False
-    missing = answers.missing_labels(trace, prof.labels)
-    if missing:
-        label, lacking = next(iter(missing.items()))
-        proof.failed(f"your profile has no '{label}' label in {lacking} of its {len(steps)} steps",
-                     f"every step labelled: {', '.join(prof.labels)}",
-                     "missing: " + ", ".join(f"'{name}'" for name in missing),
-                     f"wrap that part of the step in `with torch.profiler.record_function(\"{label}\"):`"
-                     + (f"; {prof.where}" if prof.where else ""))
-        return False
-    given = r.get("answers") or {}
-    results, wrong = {}, []
-    for a in lab.answers:
-        measured = answers.METRICS[a.metric](trace)
-        answer = given.get(a.key)
-        right = answer is not None and measured.accepts(answer, a.tolerance)
-        results[a.key] = {"question": a.question, "given": answer, "measured": measured.value, "right": right}
-        if not right:
-            said = "no answer" if answer is None or answer == "" else f"you answered {answer!r}"
-            wrong.append(f"{a.key}: {said}; your profile says {measured.shown}. Look at {a.where}")
-    report.evidence = {"metric": "own_profile", "label": "your own profile", "unit": "", "steps": len(steps),
-                       "trace_mb": r.get("trace_mb", 0.0), "labels": list(prof.labels), "answers": results}
-    report.breakdown = {"learner": asdict(breakdown.of(trace))}
-    if wrong:
-        proof.failed(f"{len(wrong)} of your {len(lab.answers)} answers do not match your own profile",
-                     "each answer in ANSWERS read from your own trace", f"{len(wrong)} wrong", wrong[0],
-                     details=wrong)
-        return False
-    proof.passed(f"a window of {len(steps)} steps ({size}), every step labelled "
-                 f"({', '.join(prof.labels)}), and all {len(lab.answers)} answers match it",
-                 f"at most {prof.max_steps} steps, every label, answers from your trace",
-                 f"{len(steps)} steps, a trace of {size}")
-    return True
-
-
-def _same_step_as_the_kits(lab: labs.Lab, proof: Check, trace: evidence.Trace,
-                           kit: evidence.Trace | None) -> bool:
-    """Lab 0: the learner's trace is torch.profiler's (its operators carry the profiler's own ids) and
-    holds the step the kit profiled itself in the original (the same operators, as often per step)."""
-    from ..measuring import answers
-
-    how = "let torch.profiler write the trace: on_trace_ready=tensorboard_trace_handler(cfg.trace_dir)"
-    why = answers.not_profiler_made(trace)
-    if why:
-        proof.failed(f"the trace was not written by torch.profiler: {why}", "a trace torch.profiler wrote",
-                     "a trace written otherwise", how)
-        return False
-    if not lab.profiling.kit_steps:
-        return True
-    if kit is None:
-        proof.inconclusive("the kit's own profile of the original step is missing: your trace could not be "
-                           "compared with it", "the kit's profile of the original", "none",
-                           "check again; if it happens again, the kit is at fault: tell your instructor")
-        return False
-    unlike = answers.unlike_the_workload(trace, kit)
-    if unlike:
-        proof.failed(f"your trace's steps are not the lab's training step: {unlike[0]}",
-                     "the operators of the original's step, as often per step, as the kit profiled it itself",
-                     f"{len(unlike)} difference{'s' if len(unlike) > 1 else ''}",
-                     "profile the training loop itself, one prof.step() per training step, and answer from "
-                     "that profile; the kit's profile of the original is the 'original' run in proflab "
-                     "tensorboard", details=unlike)
-        return False
-    return True
-
-
-def _series(lab: labs.Lab, report: Report, kind: str = "host") -> tuple[list, list]:
-    """What the fourth check compares, paired by round: step times, or (a lab graded on memory) the peaks
-    of ``kind`` ("host", "device") of the unprofiled runs."""
-    if lab.leaner:
-        prefix = "" if kind == "host" else "device_"
-        return report.memory.get(prefix + "original", []), report.memory.get(prefix + "learner", [])
-    return report.timings["original"], report.timings["learner"]
-
-
-def _record_peaks(report: Report, originals: list[execute.Outcome], learners: list[execute.Outcome]) -> None:
-    """Each round's peaks, as read from outside the runs. The first round's runs are profiled (with
-    profile_memory, which keeps its own records): only the unprofiled rounds after it compare like with like."""
-    def figures(run: execute.Outcome) -> dict:
-        return run.result.get("memory") or {}
-
-    later = list(zip(originals, learners))[1:]
-    report.memory.update(original=[figures(o).get("peak_mb") for o, _ in later],
-                         learner=[figures(m).get("peak_mb") for _, m in later])
-    if any(figures(run).get("device_graded") for pair in zip(originals, learners) for run in pair):
-        report.memory.update(device_original=[figures(o).get("device_peak_mb") for o, _ in later],
-                             device_learner=[figures(m).get("device_peak_mb") for _, m in later])
-    first = figures(learners[0])
-    report.memory["measured"] = first.get("measured", "")
-    report.memory["source"] = "/proc/PID/status: VmRSS summed, VmHWM, VmData growth" + (
-        f"; {first['device_source']}" if first.get("device_source") else "")
-    report.memory["runs"] = {"original": [figures(o) for o in originals], "learner": [figures(m) for m in learners]}
-
-
-def _memory_decision(lab: labs.Lab, report: Report) -> tuple[str, str, stats.Comparison | None]:
-    """A lab graded on memory: (decision, the kind that decides, its comparison). Every kind of peak
-    graded must pass; the worse one is the one reported. "too few": no unprofiled round yet;
-    "unreadable": a peak that could not be read from outside."""
-    kinds = ["host"] + (["device"] if "device_original" in report.memory else [])
-    worst: tuple[str, str, stats.Comparison | None] | None = None
-    order = {stats.FAIL: 0, stats.UNCLEAR: 1, stats.PASS: 2}
-    for kind in kinds:
-        original, learner = _series(lab, report, kind)
-        if not original:
-            return "too few", kind, None
-        if any(v is None or v <= 0 for v in original + learner):
-            return "unreadable", kind, None
-        cmp = stats.compare(original, learner)
-        decision = cmp.decide(lab.threshold(report.device))  # 1 / the lab's share
-        if worst is None or (order[decision], cmp.speedup) < (order[worst[0]], worst[2].speedup):
-            worst = (decision, kind, cmp)
-    return worst
-
-
-def _calls(path: Path) -> set[str]:
-    """The functions a file calls, as written (``gc.collect``, ``torch.cuda.empty_cache``, ``collect``)."""
-    import ast
-
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-        return set()
-    return {ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
-
-
-def _not_a_fix(lab: labs.Lab, file: Path) -> list[str]:
-    """Why the calls the learner added that look like a fix are none (the lab's ``[evidence.not_a_fix]``):
-    a call the file makes and the original does not, named in full or by its last part (``collect`` after
-    ``from gc import collect``)."""
-    if lab.evidence is None or not lab.evidence.not_a_fix:
-        return []
-    mine, theirs = _calls(file), _calls(lab.original)
-
-    def calls(names: set[str], key: str) -> bool:
-        return any(n == key or n.endswith("." + key) or key.endswith("." + n) for n in names)
-
-    return [f"{key}: {why}" for key, why in lab.evidence.not_a_fix if calls(mine, key) and not calls(theirs, key)]
-
-
-def _faster(lab: labs.Lab, report: Report, faster: Check, file: Path | None = None) -> None:
-    if lab.leaner:
-        _leaner(lab, report, faster, file)
-        return
-    cmp = stats.compare(report.timings["original"], report.timings["learner"])
-    threshold = lab.threshold(report.device)
-    report.comparison = cmp.as_dict()
-    report.threshold = threshold
-    lat = {which: {"median_ms": 1000 * stats.median(times), "p95_ms": 1000 * stats.quantile(times, 0.95)}
-           for which, times in report.step_times.items()}
-    report.latency = lat
-    measured = (f"{cmp.speedup:.2f}× (mean step {cmp.original_s * 1000:.1f} ms → {cmp.learner_s * 1000:.1f} ms; "
-                f"median {lat['original']['median_ms']:.1f} ms → {lat['learner']['median_ms']:.1f} ms, "
-                f"p95 {lat['original']['p95_ms']:.1f} ms → {lat['learner']['p95_ms']:.1f} ms; "
-                f"rounds {cmp.ratio_low:.2f}–{cmp.ratio_high:.2f}×, noise ±{cmp.noise:.0%})")
-    expected = f"at least {threshold:g}× on {report.device}"
-    interval = (f"95% interval {cmp.ci_low:.2f}–{cmp.ci_high:.2f}×" if cmp.rounds > 1
-                else "one round: no interval")
-    decision = cmp.decide(threshold)
-    if lab.overhead:
-        _overhead(lab, report, faster, cmp, decision, measured)
-        return
-    if decision == stats.PASS:
-        faster.passed(f"{cmp.speedup:.2f}× faster than the original over {cmp.rounds} paired rounds "
-                      f"({interval})", expected, measured)
-    elif decision == stats.FAIL:
-        faster.failed(f"{cmp.speedup:.2f}× is below the {threshold:g}× this lab asks for on {report.device} "
-                      f"({interval})", expected, measured, where_to_look(lab))
-    else:
-        limit = {"round limit": f"the lab's limit of {lab.workload.round_limit} rounds",
-                 "time budget": f"the lab's {lab.workload.budget_s:g} s time budget"}.get(report.stopped, "")
-        faster.inconclusive(
-            f"inconclusive: too noisy to tell. {cmp.speedup:.2f}× over {cmp.rounds} rounds"
-            f"{f' ({limit})' if limit else ''}, but the {interval} straddles the {threshold:g}× threshold",
-            expected, measured,
-            "the machine was too busy to trust these timings: close other programs (or wait for other "
-            "jobs to finish) and check again; --rounds N starts with more rounds")
-    faster.details = _start_up_paid(lab, report, cmp)
-
-
-# Said in the report when the first step's time beyond its allowance is at least this share of the
-# version's counted time.
-START_UP_SHARE_SHOWN = 0.2
-
-
-def _start_up_paid(lab: labs.Lab, report: Report, cmp: stats.Comparison) -> list[str]:
-    """A line for a version whose first step ran past what is left out of it, when that excess weighs."""
-    first = report.first_step
-    if not first:
-        return []
-    excess = first["learner_s"] - first["allowance_s"]
-    counted = cmp.learner_s * max(lab.workload.warmup_steps + lab.workload.timed_steps - 1, 1)
-    if excess <= 0 or counted <= 0 or excess / counted < START_UP_SHARE_SHOWN:
-        return []
-    startup = f" + {lab.workload.startup_s:g} s for the lab's start-up work" if lab.workload.startup_s else ""
-    return [f"start-up: your first step took {first['learner_s']:.2f} s; {first['allowance_s']:.2f} s of it is "
-            f"left out (the original's first step, {first['original_s']:.2f} s, with a little slack{startup}); "
-            f"the other {excess:.2f} s count, {excess / counted:.0%} of your counted time. Work done before the "
-            "first batch (worker processes started, batches prefetched, data read ahead) is paid for like the "
-            "steps' own"]
-
-
-def _overhead(lab: labs.Lab, report: Report, faster: Check, cmp: stats.Comparison, decision: str,
-              measured: str) -> None:
-    """A lab graded on overhead (lab 0): how much slower the profiled version is than the unprofiled one."""
-    limit = lab.overhead.get(report.device, lab.overhead["cpu"])
-    cost = 1.0 / cmp.speedup - 1.0 if cmp.speedup else float("inf")
-    measured = measured.replace(f"{cmp.speedup:.2f}× (", f"{cost:+.0%}, {cmp.speedup:.2f}× the speed (", 1)
-    interval = (f"95% interval {1 / cmp.ci_high - 1:+.1%} to {1 / cmp.ci_low - 1:+.1%}"
-                if cmp.rounds > 1 and cmp.ci_low > 0 else "one round: no interval")
-    expected = f"at most {limit:+.0%} on {report.device}"
-    if decision == stats.PASS:
-        faster.passed(f"your profiler costs {cost:+.0%} over the unprofiled original, over {cmp.rounds} paired "
-                      f"rounds ({interval})", expected, measured)
-    elif decision == stats.FAIL:
-        faster.failed(f"your profiler costs {cost:+.0%} over the unprofiled original, more than the {limit:.0%} "
-                      f"this lab allows on {report.device} ({interval})", expected, measured,
-                      "profile fewer steps (a shorter active window), and leave record_shapes, profile_memory "
-                      "and with_stack off unless you need them")
-    else:
-        faster.inconclusive(f"inconclusive: too noisy to tell. {cost:+.0%} over {cmp.rounds} rounds, but the "
-                            f"{interval} straddles the {limit:.0%} limit", expected, measured,
-                            "the machine was too busy to trust these timings: close other programs and check "
-                            "again; --rounds N starts with more rounds")
-
-
-def _held_not_resident(report: Report) -> float:
-    """How much of the learner's host peak was held but not resident (median over its unprofiled runs, MB):
-    0 where that is within a tenth of its resident peak (allocators keep some memory of their own)."""
-    runs = report.memory.get("runs", {}).get("learner", [])[1:]
-    gaps = [r["committed_peak_mb"] - max(r["rss_peak_mb"], r["hwm_peak_mb"]) for r in runs
-            if r.get("committed_peak_mb") is not None and r.get("rss_peak_mb") is not None]
-    resident = [max(r["rss_peak_mb"], r["hwm_peak_mb"]) for r in runs if r.get("rss_peak_mb") is not None]
-    if not gaps or not resident:
-        return 0.0
-    gap = stats.median(gaps)
-    return gap if gap > 0.1 * stats.median(resident) else 0.0
-
-
-def _leaner(lab: labs.Lab, report: Report, faster: Check, file: Path | None) -> None:
-    """A lab graded on memory (lab 5): the runs' peaks, read from outside them, against the original's."""
-    share = lab.peak_share(report.device)
-    report.memory["share"] = share
-    expected = f"a peak of at most {share:.0%} of the original's on {report.device}"
-    decision, kind, cmp = _memory_decision(lab, report)
-    if decision == "too few":
-        faster.inconclusive("no unprofiled round was measured: the first round's runs are profiled, and their "
-                            "peaks hold the profiler's own records", expected, "no figure",
-                            "check again with --rounds 2 or more")
-        return
-    if decision == "unreadable":
-        where = ("the device's memory, from the driver (nvidia-smi)" if kind == "device"
-                 else "the run's memory, from /proc")
-        tool = ("put NVIDIA's nvidia-smi on the PATH" if kind == "device" and not shutil.which("nvidia-smi")
-                else "nvidia-smi listed no figure for the run's processes (MIG or vGPU?)" if kind == "device"
-                else "the checker needs to read /proc/PID/status of the run's processes")
-        faster.inconclusive(f"the peak memory could not be read from outside the run: {where}; the checker does "
-                            "not take a run's own word for it", expected, "no figure", tool)
-        return
-    original, learner = _series(lab, report, kind)
-    report.comparison = cmp.as_dict()
-    report.threshold = lab.threshold(report.device)
-    ratio = 1.0 / cmp.speedup
-    what = ("device memory, from the driver" if kind == "device"
-            else "host memory (resident or held, every process), from /proc")
-    hidden = _held_not_resident(report) if kind == "host" else 0.0
-    if hidden:
-        what += (f"; {hidden:.0f} MB of your peak was held without being resident (allocated memory whose "
-                 f"pages were handed back to the kernel still belongs to the run, and counts)")
-    rounds = ", ".join(f"{o:.0f} → {m:.0f}" for o, m in zip(original, learner))
-    measured = (f"peak {stats.median(original):.0f} MB → {stats.median(learner):.0f} MB "
-                f"(median of {cmp.rounds} unprofiled runs each; per round: {rounds} MB), {ratio:.0%} of the "
-                f"original's; {what}")
-    interval = (f"95% interval {1 / cmp.ci_high:.0%}–{1 / cmp.ci_low:.0%}" if cmp.rounds > 1 and cmp.ci_low > 0
-                else "one round: no interval")
-    if decision == stats.PASS:
-        faster.passed(f"your version's peak is {ratio:.0%} of the original's over {cmp.rounds} paired rounds "
-                      f"({interval})", expected, measured)
-    elif decision == stats.FAIL:
-        why = _not_a_fix(lab, file) if file is not None else []
-        faster.failed(f"your version's peak is {ratio:.0%} of the original's, more than the {share:.0%} this lab "
-                      f"allows on {report.device} ({interval})", expected, measured,
-                      why[0] if why else where_to_look(lab), details=why)
-    else:
-        faster.inconclusive(f"inconclusive: {ratio:.0%} of the original's peak over {cmp.rounds} rounds, but the "
-                            f"{interval} straddles the {share:.0%} limit", expected, measured,
-                            "something else on this machine moved the memory figures: check again; --rounds N "
-                            "starts with more rounds")

@@ -37,7 +37,8 @@ from .. import errors, labs, paths
 from ..measuring import breakdown, evidence, operators, stats, traces
 from ..running import execute, forkserver, revision
 from . import checks
-from .checks import FAILED, INCONCLUSIVE, PASSED, Check, NotGraded, Verdict
+from .staging import NotGraded
+from .verdicts import FAILED, INCONCLUSIVE, PASSED, Check, Verdict
 from .compare import Difference
 from .gate_config import Settings
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__, paths
-from .checks import Report
+from .verdicts import Report
 
 FORMAT = 1
 

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import paths
-from ..grading.checks import FAILED, INCONCLUSIVE, PASSED, SKIPPED
+from ..grading.verdicts import FAILED, INCONCLUSIVE, PASSED, SKIPPED
 from ..grading.gate import CHECKS, GateReport
 from ..measuring.breakdown import HOST_PARTS, LABELS
 from .grade_formats import _seconds, _x

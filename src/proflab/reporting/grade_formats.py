@@ -39,7 +39,7 @@ from rich.text import Text
 
 from .. import __version__, atomic, paths
 from . import report as check_report
-from ..grading.checks import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Check, Report
+from ..grading.verdicts import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Check, Report
 from ..grading.grade import Found, Graded, Result, Submission
 from ..quiet import printable
 

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import paths
-from ..grading.checks import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Report
+from ..grading.verdicts import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Report
 from ..quiet import printable
 
 _MARK = {PASSED: "[green]✓[/]", FAILED: "[red]✗[/]", INCONCLUSIVE: "[yellow]?[/]", SKIPPED: "[dim]–[/]"}

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from .. import labs
 from ..measuring.breakdown import Breakdown
-from ..grading.checks import Report, trace_dir
+from ..grading.checks import trace_dir
+from ..grading.verdicts import Report
 
 STEP_TIME = "step_time_ms"
 REPORT = "checker_report"

@@ -1,0 +1,328 @@
+"""The third check, "The bottleneck is gone": what the profiled steps show, read from the traces.
+
+For a lab the kit profiles, the learner's profiled steps are matched to the
+steps the checker stamped, must do the same work as the timed ones and the
+work the lab names (its FLOPs, on its shapes), and the lab's evidence metric
+is measured in both versions' traces and held to the lab's rule. For lab 0,
+whose learner profiles, the learner's own trace is graded: a window of
+labelled steps written by torch.profiler during this run, the same step as
+the kit's own profile of the original, and the answers read from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from .. import labs
+from ..labs import format_value
+from ..measuring import breakdown, evidence
+from ..running import execute
+from .staging import NotGraded
+from .verdicts import FAILED, Check, Report, where_to_look
+
+
+# A step may run this much slower while profiled before it is suspected of
+# doing work only then (the profiler itself costs up to ~2.5x on lab 2's
+# thousands of tiny operators), and by at least this many seconds. How a
+# profiled step is timed: same_work_when_profiled.
+PROFILED_SLOWDOWN_MAX = 5.0
+
+
+PROFILED_SLOWDOWN_MIN_S = 0.0005
+
+
+def _busy_per_step(trace: evidence.Trace) -> list[float]:
+    """Seconds each profiled step spent inside operators (the outermost ``cpu_op`` events of every thread,
+    summed): the work the step did, without the profiler's own book-keeping between operators, which on a
+    step of a millisecond costs several times the step itself."""
+    from ..measuring.evidence import _outermost
+
+    busy = []
+    for step in trace.steps:
+        ops = [e for e in trace.events if e.cat == "cpu_op" and step.ts <= e.ts < step.end]
+        busy.append(sum(e.dur for e in _outermost(ops)) / 1e6)
+    return busy
+
+
+def same_work_when_profiled(run: execute.Outcome, trace: evidence.Trace, same: Check) -> bool:
+    """The profiled steps are the timed steps' evidence only if they do the same work.
+
+    What a profiled step did is read from the trace: the time it spent inside operators
+    (``_busy_per_step``), not its length, which the profiler's own book-keeping stretches several times
+    over on a step of a millisecond (lab 2's index_add fix: 1.1 ms timed, 9.1 ms profiled, with little
+    more time inside its operators). A version that works only when profiled spends more time inside
+    operators in one profiled step than a timed step lasts, many times over; a sound fix never does (its
+    timed step holds the same operators, and more: Python, the loader, waits).
+    """
+    busy = _busy_per_step(trace)
+    if not busy:
+        return True
+    profiled = sorted(busy)[len(busy) // 2]
+    timed = max(run.mean_step_s, 1e-9)
+    if profiled > PROFILED_SLOWDOWN_MAX * timed and profiled - timed > PROFILED_SLOWDOWN_MIN_S:
+        same.failed(f"a profiled step spent {profiled / timed:.0f}× as long inside operators as a whole timed "
+                    f"step took ({profiled * 1000:.1f} ms against {timed * 1000:.1f} ms)",
+                    f"at most {PROFILED_SLOWDOWN_MAX:g}× (the operators' own cost of being recorded)",
+                    f"{profiled / timed:.0f}×", "do the same work in every step, profiled or not")
+        return False
+    return True
+
+
+# A profiled step in the trace may differ from the same step stamped by the
+# checker by the profiler's own book-keeping between steps; more than this
+# factor either way means the trace is not of these steps.
+TRACE_STEP_FACTOR = 2.0
+
+
+TRACE_STEP_SLACK_S = 0.02
+
+
+def _trace_matches_steps(lab: labs.Lab, trace: evidence.Trace, run: execute.Outcome, proof: Check) -> bool:
+    """The trace's steps against the profiled steps the checker stamped from outside: as many, as long."""
+    expected = lab.workload.profile_steps - 1  # the schedule's first profiled step only warms the profiler up
+    steps = trace.steps
+    stamped = run.result.get("profiled_steps_s", [])[1:]
+    in_trace = sum(s.dur for s in steps) / 1e6
+    outside = sum(stamped)
+    if len(steps) != expected or not (
+            outside / TRACE_STEP_FACTOR - TRACE_STEP_SLACK_S <= in_trace <= outside * TRACE_STEP_FACTOR + TRACE_STEP_SLACK_S):
+        proof.failed("the trace does not match the profiled steps the checker saw",
+                     f"{expected} steps taking about {outside * 1000:.0f} ms in all",
+                     f"{len(steps)} steps taking {in_trace * 1000:.0f} ms",
+                     "leave torch.profiler and the trace files as they are")
+        return False
+    return True
+
+
+def evidence_holds(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.Outcome,
+              loaded: dict[str, evidence.Trace], file: Path | None, same: Check) -> bool:
+    ev = lab.evidence
+    if "learner" not in report.traces or "original" not in report.traces:
+        proof.failed("no trace was written", "a trace from each version", "none",
+                     "the profiled steps run after the timed ones: did the pipeline stop early? "
+                     "Leave torch.profiler as it is.")
+        return False
+    changed = [which for which, path in report.traces.items()
+               if labs.sha256(Path(path)) != report.trace_sha256.get(which)]
+    changed += [which for which, paths in report.rank_traces.items()
+                if [labs.sha256(Path(p)) if p else "" for p in paths] != report.rank_trace_sha256.get(which)]
+    if changed:
+        proof.failed("the trace was changed after the profiler wrote it", "the trace as the profiler wrote it",
+                     "a different file", "leave the trace files alone: the checker reads them as they were written")
+        return False
+    try:  # each trace read once, for every figure taken from it
+        traces = {which: loaded.get(which) or evidence.load(path) for which, path in report.traces.items()}
+        ranked = {which: [loaded.get(f"{which}@{rank}") or evidence.load(path) for rank, path in enumerate(paths)]
+                  for which, paths in report.rank_traces.items()}  # a torchrun job's: every rank's
+    except evidence.TraceError as e:
+        proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
+        return False
+    if not _trace_matches_steps(lab, traces["learner"], learner_run, proof):
+        return False
+    if not same_work_when_profiled(learner_run, traces["learner"], same):
+        report.verdict = FAILED
+        return False
+    if ev.work_ops:
+        names = ", ".join(ev.work_ops)
+        work = evidence.work_flops(traces["learner"], ev.work_ops)
+        needed = ev.min_work_vs_original * evidence.work_flops(traces["original"], ev.work_ops).value
+        if work.value < needed:
+            proof.failed(f"the profiled steps did not do the work: {ev.work}",
+                         f"at least {needed / 1e6:.1f} MFLOPs per step in {names} "
+                         f"({ev.min_work_vs_original:g}× the original's)",
+                         f"{work.summary}",
+                         "compute each step's results in that step, from its own batch: not at import time, "
+                         "not in the warm-up steps, not from a cache")
+            return False
+    if ev.work_ops and ev.same_shapes:  # the lab's pieces (lab 6's micro-batches) are part of the lesson
+        theirs, other = evidence.other_shapes(ranked.get("original") or [traces["original"]],
+                                              ranked.get("learner") or [traces["learner"]], ev.work_ops)
+        if other:
+            proof.failed(f"{ev.work} ran on other shapes than the original's", "the original's: " + "; ".join(theirs[:4]),
+                         "; ".join(other[:4]) + (f" (and {len(other) - 4} more)" if len(other) > 4 else ""),
+                         ev.same_shapes)
+            return False
+    try:
+        original = measure(ev.metric, traces["original"], ranked.get("original"))
+    except evidence.TraceError as e:  # the kit's own profile of the original: this torch records no such figure
+        raise NotGraded(f"the original's trace has no {ev.label} to compare with ({e})") from None
+    except KeyError as e:
+        proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
+        return False
+    try:
+        learner = measure(ev.metric, traces["learner"], ranked.get("learner"))
+    except (KeyError, evidence.TraceError) as e:
+        proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable",
+                     "leave torch.profiler and the trace files as they are")
+        return False
+    report.evidence = {"metric": ev.metric, "label": ev.label, "unit": ev.unit,
+                       "original": asdict(original), "learner": asdict(learner)}
+    report.breakdown = {which: asdict(breakdown.of(trace)) for which, trace in traces.items()}
+    expected = ev.expectation(original.value)
+    actual = f"{format_value(learner.value, ev.unit)}: {learner.summary} (original: {original.summary})"
+    if ev.holds(learner.value, original.value):
+        proof.passed(f"{ev.label}: {format_value(original.value, ev.unit)} → {format_value(learner.value, ev.unit)}",
+                     expected, actual, ev.where)
+        if ev.more_to_gain_above is not None and learner.value > ev.more_to_gain_above * original.value:
+            proof.details.append(f"more to gain: {ev.label} is still {format_value(learner.value, ev.unit)} "
+                                 f"({learner.summary}), over {ev.more_to_gain_above:.0%} of the original's "
+                                 f"{format_value(original.value, ev.unit)}; look at {ev.where}")
+        return True
+    why = not_a_fix(lab, file) if file is not None else []
+    proof.failed(f"{ev.label} is still {format_value(learner.value, ev.unit)} "
+                 f"(the original: {format_value(original.value, ev.unit)})",
+                 expected, actual, why[0] if why else f"{ev.where}; {where_to_look(lab)}", details=why)
+    return False
+
+
+def measure(metric: str, trace: evidence.Trace, ranks: list[evidence.Trace] | None) -> evidence.Measure:
+    """A trace's figure; a torchrun job's is its ranks' worst (the highest), each rank's said."""
+    if not ranks:
+        return evidence.measure(metric, trace)
+    each = [evidence.measure(metric, t) for t in ranks]
+    worst = max(each, key=lambda m: m.value)
+    return evidence.Measure(value=worst.value, unit=worst.unit,
+                            summary="; ".join(f"rank {rank}: {m.summary}" for rank, m in enumerate(each)),
+                            details={**worst.details, "ranks": float(len(each))})
+
+
+def own_profile(lab: labs.Lab, report: Report, proof: Check, run: execute.Outcome,
+                 loaded: dict[str, evidence.Trace]) -> bool:
+    """Lab 0: the trace the learner's own profiler wrote, and the answers they read from it."""
+    from ..measuring import answers
+
+    prof, r = lab.profiling, run.result
+    found, trace = r.get("traces_found", 0), loaded.get("learner")
+    window = "torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1)"
+    if found == 0:
+        proof.failed("your code wrote no profile", "a trace from torch.profiler's tensorboard_trace_handler, in "
+                     "cfg.trace_dir", "no trace", "wrap the training loop in torch.profiler.profile(..., "
+                     f"schedule={window}, on_trace_ready=tensorboard_trace_handler(cfg.trace_dir)), and call "
+                     "prof.step() after every step")
+        return False
+    if found > 1:
+        proof.failed(f"your code wrote {found} traces", "one trace: one window of steps", f"{found} traces",
+                     f"profile one window: {window}")
+        return False
+    if trace is None and r.get("trace_error") == execute.NO_STEPS:
+        proof.failed(f"your profile has no steps ({r.get('trace_mb', 0.0):.1f} MB): it records the whole loop "
+                     "as one: profile a window, not the whole loop", f"a window of at most {prof.max_steps} "
+                     "ProfilerStep# steps", "no ProfilerStep# in the trace",
+                     f"give the profiler a schedule: {window}, and call prof.step() after every step")
+        return False
+    if trace is None:
+        proof.failed(f"your trace could not be read: {r.get('trace_error', 'not a trace')}",
+                     "a trace written by tensorboard_trace_handler", "unreadable",
+                     "let torch.profiler write the trace: on_trace_ready=tensorboard_trace_handler(cfg.trace_dir)")
+        return False
+    steps, total = trace.steps, lab.workload.warmup_steps + lab.workload.timed_steps
+    size = f"{r.get('trace_mb', 0.0):.1f} MB"
+    if len(steps) > prof.max_steps:
+        every = " (every step of the loop)" if len(steps) >= total - 1 else ""
+        proof.failed(f"your profile holds {len(steps)} steps{every}: profile a window, not the whole loop",
+                     f"at most {prof.max_steps} steps", f"{len(steps)} steps, a trace of {size}",
+                     f"give the profiler a schedule: {window}; it records only the active steps")
+        return False
+    written_here = Path(r.get("trace_written_as") or "/").name == Path(r.get("trace") or "").name
+    if not written_here or not answers.written_during(trace, r.get("trace_base_ns"), r.get("wall_window", [])):
+        proof.failed("the trace was not written by this run's profiler", "a trace torch.profiler wrote during "
+                     "this run, into cfg.trace_dir", "a trace from elsewhere (its name or its clock say so)",
+                     "let torch.profiler write the trace: on_trace_ready=tensorboard_trace_handler(cfg.trace_dir)")
+        return False
+    ok, in_trace, outside = answers.matches_stamps(trace, r.get("all_step_s", []))
+    if not ok:
+        proof.failed("the trace's steps are not this run's steps", f"steps lasting about {outside * 1000:.0f} ms "
+                     "in all, as the checker saw them", f"{in_trace * 1000:.0f} ms in the trace",
+                     "let torch.profiler write the trace, and call prof.step() once per training step")
+        return False
+    if not _same_step_as_the_kits(lab, proof, trace, loaded.get("original")):
+        return False
+    missing = answers.missing_labels(trace, prof.labels)
+    if missing:
+        label, lacking = next(iter(missing.items()))
+        proof.failed(f"your profile has no '{label}' label in {lacking} of its {len(steps)} steps",
+                     f"every step labelled: {', '.join(prof.labels)}",
+                     "missing: " + ", ".join(f"'{name}'" for name in missing),
+                     f"wrap that part of the step in `with torch.profiler.record_function(\"{label}\"):`"
+                     + (f"; {prof.where}" if prof.where else ""))
+        return False
+    given = r.get("answers") or {}
+    results, wrong = {}, []
+    for a in lab.answers:
+        measured = answers.METRICS[a.metric](trace)
+        answer = given.get(a.key)
+        right = answer is not None and measured.accepts(answer, a.tolerance)
+        results[a.key] = {"question": a.question, "given": answer, "measured": measured.value, "right": right}
+        if not right:
+            said = "no answer" if answer is None or answer == "" else f"you answered {answer!r}"
+            wrong.append(f"{a.key}: {said}; your profile says {measured.shown}. Look at {a.where}")
+    report.evidence = {"metric": "own_profile", "label": "your own profile", "unit": "", "steps": len(steps),
+                       "trace_mb": r.get("trace_mb", 0.0), "labels": list(prof.labels), "answers": results}
+    report.breakdown = {"learner": asdict(breakdown.of(trace))}
+    if wrong:
+        proof.failed(f"{len(wrong)} of your {len(lab.answers)} answers do not match your own profile",
+                     "each answer in ANSWERS read from your own trace", f"{len(wrong)} wrong", wrong[0],
+                     details=wrong)
+        return False
+    proof.passed(f"a window of {len(steps)} steps ({size}), every step labelled "
+                 f"({', '.join(prof.labels)}), and all {len(lab.answers)} answers match it",
+                 f"at most {prof.max_steps} steps, every label, answers from your trace",
+                 f"{len(steps)} steps, a trace of {size}")
+    return True
+
+
+def _same_step_as_the_kits(lab: labs.Lab, proof: Check, trace: evidence.Trace,
+                           kit: evidence.Trace | None) -> bool:
+    """Lab 0: the learner's trace is torch.profiler's (its operators carry the profiler's own ids) and
+    holds the step the kit profiled itself in the original (the same operators, as often per step)."""
+    from ..measuring import answers
+
+    how = "let torch.profiler write the trace: on_trace_ready=tensorboard_trace_handler(cfg.trace_dir)"
+    why = answers.not_profiler_made(trace)
+    if why:
+        proof.failed(f"the trace was not written by torch.profiler: {why}", "a trace torch.profiler wrote",
+                     "a trace written otherwise", how)
+        return False
+    if not lab.profiling.kit_steps:
+        return True
+    if kit is None:
+        proof.inconclusive("the kit's own profile of the original step is missing: your trace could not be "
+                           "compared with it", "the kit's profile of the original", "none",
+                           "check again; if it happens again, the kit is at fault: tell your instructor")
+        return False
+    unlike = answers.unlike_the_workload(trace, kit)
+    if unlike:
+        proof.failed(f"your trace's steps are not the lab's training step: {unlike[0]}",
+                     "the operators of the original's step, as often per step, as the kit profiled it itself",
+                     f"{len(unlike)} difference{'s' if len(unlike) > 1 else ''}",
+                     "profile the training loop itself, one prof.step() per training step, and answer from "
+                     "that profile; the kit's profile of the original is the 'original' run in proflab "
+                     "tensorboard", details=unlike)
+        return False
+    return True
+
+
+def _calls(path: Path) -> set[str]:
+    """The functions a file calls, as written (``gc.collect``, ``torch.cuda.empty_cache``, ``collect``)."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return set()
+    return {ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+
+
+def not_a_fix(lab: labs.Lab, file: Path) -> list[str]:
+    """Why the calls the learner added that look like a fix are none (the lab's ``[evidence.not_a_fix]``):
+    a call the file makes and the original does not, named in full or by its last part (``collect`` after
+    ``from gc import collect``)."""
+    if lab.evidence is None or not lab.evidence.not_a_fix:
+        return []
+    mine, theirs = _calls(file), _calls(lab.original)
+
+    def calls(names: set[str], key: str) -> bool:
+        return any(n == key or n.endswith("." + key) or key.endswith("." + n) for n in names)
+
+    return [f"{key}: {why}" for key, why in lab.evidence.not_a_fix if calls(mine, key) and not calls(theirs, key)]

@@ -1,0 +1,158 @@
+"""What a check says: its four named checks, each one's verdict, and the report that holds them.
+
+Shared by the checker (``checks``), the steps that decide its last two checks
+(``bottleneck``, ``margin``), the gate, and every report format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable
+
+from .. import labs
+
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+INCONCLUSIVE = "inconclusive"  # too noisy to call either way: neither a pass nor a fail
+
+
+# name, title, what it checks (shown with every verdict)
+CHECKS = (
+    ("runs", "It runs", "your file imports, and pipeline(cfg) yields every step without error"),
+    ("same_results", "Same work, same results", "every step processes the same samples and yields the same values as the original"),
+    ("evidence", "The bottleneck is gone", "the profiler trace of your version no longer shows the bottleneck"),
+    ("faster", "Faster", "your version is faster than the original by the lab's threshold"),
+)
+
+
+# In a lab whose learner profiles (lab 0), the last two checks are about their profile and what it costs.
+OWN_PROFILE_CHECKS = {
+    "evidence": ("Your own profile", "the trace your profiler wrote: a window of labelled steps, and your answers "
+                 "read from it"),
+    "faster": ("Low overhead", "your profiled version is at most the lab's overhead slower than the unprofiled one"),
+}
+
+
+# In a lab graded on memory (lab 5), the last check is about the run's peak memory.
+LEANER_CHECK = ("Leaner", "your version's peak memory, measured by the checker from outside its process, is at "
+                "most the lab's share of the original's")
+
+
+def checks_of(lab: labs.Lab) -> tuple[tuple[str, str, str], ...]:
+    """The four checks, as this lab names them."""
+    if lab.gating is not None:
+        from . import gate_lab
+
+        return gate_lab.checks_of(lab)
+    if lab.leaner:
+        return tuple((name, *LEANER_CHECK) if name == "faster" else (name, title, text)
+                     for name, title, text in CHECKS)
+    if lab.profiling is None:
+        return CHECKS
+    return tuple((name, *OWN_PROFILE_CHECKS.get(name, (title, text))) for name, title, text in CHECKS)
+
+
+@dataclass
+class Check:
+    name: str
+    title: str
+    description: str
+    status: str = SKIPPED
+    rationale: str = ""
+    expected: str = ""
+    actual: str = ""
+    help: str = ""
+    details: list[str] = field(default_factory=list)
+
+    def passed(self, rationale: str, expected: str = "", actual: str = "", help: str = "") -> None:
+        self.status, self.rationale, self.expected, self.actual, self.help = PASSED, rationale, expected, actual, help
+
+    def failed(self, rationale: str, expected: str = "", actual: str = "", help: str = "",
+               details: list[str] | None = None) -> None:
+        self.status, self.rationale, self.expected, self.actual, self.help = FAILED, rationale, expected, actual, help
+        self.details = details or []
+
+    def inconclusive(self, rationale: str, expected: str = "", actual: str = "", help: str = "") -> None:
+        self.status, self.rationale, self.expected, self.actual, self.help = INCONCLUSIVE, rationale, expected, actual, help
+
+
+# 0 passed, 1 failed, 3 cannot grade (the original, a gate's baseline, or the kit failed), 4 too noisy to call.
+EXIT_CODES = {PASSED: 0, FAILED: 1, "error": 3, INCONCLUSIVE: 4}
+
+
+class Verdict:
+    """What the checker's and the gate's reports share: a verdict, its exit code, checks by name, a record."""
+
+    verdict: str
+    checks: list[Check]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.verdict, 3)
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["exit_code"] = self.exit_code
+        return data
+
+
+@dataclass
+class Report(Verdict):
+    lab: str
+    number: int
+    title: str
+    file: str
+    label: str
+    device: str = "?"
+    verdict: str = FAILED  # passed | failed | inconclusive | error
+    error: str = ""  # the kit or the original failed, not the learner
+    checks: list[Check] = field(default_factory=list)
+    comparison: dict[str, float] | None = None
+    threshold: float | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, list[float]] = field(default_factory=lambda: {"original": [], "learner": []})
+    step_times: dict[str, list[float]] = field(default_factory=lambda: {"original": [], "learner": []})
+    latency: dict[str, dict[str, float]] = field(default_factory=dict)  # per-step median and p95, ms
+    # The first step (import, set-up, first batch): the medians over each version's runs and what of it
+    # is left out of the time ("allowance_s"), in seconds
+    first_step: dict[str, float] = field(default_factory=dict)
+    breakdown: dict[str, dict[str, Any]] = field(default_factory=dict)  # where a profiled step's time went
+    # A lab graded on memory: the peaks, in MB, read from outside the runs ("original", "learner": one per
+    # unprofiled round; "device_*" likewise on CUDA; "runs": every run's figures; "measured", "source":
+    # how), with the share of the original's peak the lab allows ("share")
+    memory: dict[str, Any] = field(default_factory=dict)
+    traces: dict[str, str] = field(default_factory=dict)
+    trace_sha256: dict[str, str] = field(default_factory=dict)  # as each run sent it, the moment it was written
+    # A torchrun job's traces, every rank's in order ("traces" holds rank 0's), with their fingerprints
+    rank_traces: dict[str, list[str]] = field(default_factory=dict)
+    rank_trace_sha256: dict[str, list[str]] = field(default_factory=dict)
+    file_sha256: str = ""  # of the copy of the learner's file taken when the check started: what was graded
+    audited: bool = True  # False only when the source audit was turned off (the kit's own tests)
+    # Whether every run was in a sandbox of the engine's, and which (``sandbox.Engine.describe``): an
+    # unsandboxed grade rests on the learner's file keeping to itself
+    sandboxed: bool = False
+    sandbox: str = ""
+    refused: list[dict[str, Any]] = field(default_factory=list)  # what the source audit refused, line by line
+    runs_dir: str = ""
+    output: str = ""
+    traceback: str = ""
+    duration_s: float = 0.0
+    stopped: str = ""  # why the measuring stopped: decided | round limit | time budget
+    against: str = "against the original"  # what the file is checked against, in words (lab 7: the gates it runs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Report":
+        """A report from ``as_dict``'s record (a grading's journal)."""
+        known, of_check = {f.name for f in fields(cls)}, {f.name for f in fields(Check)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["checks"] = [Check(**{k: v for k, v in c.items() if k in of_check}) for c in data["checks"]]
+        return cls(**values)
+
+
+Progress = Callable[[str], None]
+
+
+def where_to_look(lab: labs.Lab) -> str:
+    return f"run `proflab hint {lab.name}` for a hint, and `proflab tensorboard` to compare the traces"
