@@ -263,3 +263,22 @@ def test_a_class_record_gives_the_peak_share_not_a_speed_up(lab5_solution):
     assert record["memory"]["original"] and record["memory"]["learner"]
     assert check_report.peak_share(r).startswith("peak ") and "of the original's (at most 45%)" in check_report.peak_share(r)
     assert "Peak memory:" in check_report.to_markdown(r) and "Speed-up" not in check_report.to_markdown(r)
+
+
+@pytest.mark.parametrize("host, decision", [
+    ([2050.0, 2030.0, 2061.0], "pass"),  # the host as the original's, the device at 12%: a fix
+    ([3480.0, 3510.0, 3495.0], "fail"),  # the graphs moved to the host: still a leak
+])
+def test_on_cuda_the_device_holds_the_leak_and_the_host_may_not_take_it_over(host, decision):
+    """On CUDA the CUDA context and the data set dominate the host's peak in every version: the host is held
+    to the original's (within 10%), the device to the lab's share. No GPU needed: the peaks are given."""
+    from proflab import labs
+    from proflab.grading import margin
+    from proflab.grading.verdicts import Report
+
+    lab = labs.resolve("memory")
+    report = Report(lab=lab.name, number=lab.number, title=lab.title, file="f.py", label="f", device="cuda")
+    report.memory = {"original": [2010.0, 2000.0, 2022.0], "learner": host,
+                     "device_original": [1210.0, 1190.0, 1205.0], "device_learner": [150.0, 152.0, 149.0]}
+    assert margin.memory_decision(lab, report)[:2] == (decision, "host")  # the host is the closer call
+
