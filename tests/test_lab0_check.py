@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -73,11 +74,20 @@ CASES = {
 }
 
 
+@pytest.fixture(scope="module")
+def missing(lab0_kit):
+    """Every case's file, written in the lab's folder and checked in one batch (conftest.Batch)."""
+    from conftest import Batch
+
+    files = {case: variant(lab0_kit, f"{case}.py", *CASES[case][0]) for case in CASES}
+    return files, Batch(lab0_kit, {"cases": ({}, [("0", Path(f), True) for f in files.values()])})
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_profile_that_misses_the_point_fails_and_says_where_to_look(lab0_kit, case):
-    edits, why, where = CASES[case]
-    path = variant(lab0_kit, f"{case}.py", *edits)
-    code, report = lab0_kit.check_json("0", "--file", path, "--rounds", "1")
+def test_a_profile_that_misses_the_point_fails_and_says_where_to_look(missing, case):
+    _, why, where = CASES[case]
+    files, batch = missing
+    code, report = batch.report("cases", Path(files[case]))
     assert code == 1, explain(report)
     check = failing(report)
     assert why in check["rationale"], explain(report)
@@ -119,15 +129,22 @@ def test_a_trace_copied_from_an_earlier_run_is_not_this_runs(lab0_kit):
         assert "not written by this run's profiler" in failing(report)["rationale"], explain(report)
 
 
-def test_a_sound_fix_of_its_own_passes(lab0_kit):
-    """A learner's own version (a window of two steps after waiting two, its own printing, its own answers)."""
-    import shutil
+SOUND = ["lab0_own_table.py", "lab0_shapes_memory.py", "lab0_prints_loss.py"]
 
+
+@pytest.fixture(scope="module")
+def sound(kit, tmp_path_factory):
+    """The sound profiles of tests/learner_files, checked in one batch (conftest.Batch)."""
+    from conftest import learner_files
+
+    return learner_files(kit, tmp_path_factory, "0", SOUND)
+
+
+def test_a_sound_fix_of_its_own_passes(sound):
+    """A learner's own version (a window of two steps after waiting two, its own printing, its own answers)."""
     from conftest import LEARNER_FILES
 
-    path = lab0_kit.root / "labs" / LAB / "own_table.py"
-    shutil.copyfile(LEARNER_FILES / "lab0_own_table.py", path)
-    code, report = lab0_kit.check_decided("0", "--file", str(path))
+    code, report = sound.decided("0", "0", LEARNER_FILES / "lab0_own_table.py")
     assert code == 0, explain(report)
     assert report["evidence"]["steps"] == 2
 
@@ -135,13 +152,9 @@ def test_a_sound_fix_of_its_own_passes(lab0_kit):
 # Sound profiles written otherwise than the reference: the kit's own profile of the original's step is the
 # same step, whatever the learner records with it, or adds to the step.
 @pytest.mark.parametrize("name", ["lab0_shapes_memory.py", "lab0_prints_loss.py"])
-def test_a_profile_recording_more_or_a_step_doing_more_passes(lab0_kit, name):
-    import shutil
-
+def test_a_profile_recording_more_or_a_step_doing_more_passes(sound, name):
     from conftest import LEARNER_FILES
 
-    path = lab0_kit.root / "labs" / LAB / name
-    shutil.copyfile(LEARNER_FILES / name, path)
-    code, report = lab0_kit.check_decided("0", "--file", str(path))
+    code, report = sound.decided("0", "0", LEARNER_FILES / name)
     assert code == 0, explain(report)
     assert statuses(report)["evidence"] == "passed", explain(report)
