@@ -97,6 +97,8 @@ def main() -> None:
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="proflab-alternatives-"))
+
+    root.chmod(0o755)  # the sandbox runs as nobody when the kit runs as root
     shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
     os.environ["PROFLAB_ROOT"] = str(root)
     from proflab import labs

@@ -149,6 +149,7 @@ def main() -> None:
     if not (args.false_alarms or args.resolution):
         parser.error("say what to measure: --false-alarms, --resolution")
     root = Path(tempfile.mkdtemp(prefix="proflab-gate-"))
+    root.chmod(0o755)  # the sandbox runs as nobody when the kit runs as root
     shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
     os.environ["PROFLAB_ROOT"] = str(root)
     subprocess.run([sys.executable, "-m", "proflab", "data"], cwd=root, capture_output=True)

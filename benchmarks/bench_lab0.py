@@ -42,6 +42,8 @@ def main() -> int:
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="bench-lab0-"))
+
+    root.chmod(0o755)  # the sandbox runs as nobody when the kit runs as root
     shutil.copytree(REPO / "labs", root / "labs")
     os.environ["PROFLAB_ROOT"] = str(root)
     from proflab.grading import checks

@@ -198,6 +198,8 @@ def main() -> None:
         parser.error("say what to measure: --verdicts, --resolution, --steps")
 
     root = Path(tempfile.mkdtemp(prefix="proflab-noise-"))
+
+    root.chmod(0o755)  # the sandbox runs as nobody when the kit runs as root
     shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
     calibration_lab(root)
     os.environ["PROFLAB_ROOT"] = str(root)

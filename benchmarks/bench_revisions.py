@@ -44,6 +44,7 @@ def check(src: Path, root: Path, lab: str, file: Path) -> tuple[float, dict]:
 
 def kit_copy(source: Path, data: Path) -> Path:
     root = Path(tempfile.mkdtemp(prefix="proflab-rev-"))
+    root.chmod(0o755)  # the sandbox runs as nobody when the kit runs as root
     shutil.copytree(source / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "data").symlink_to(data)
     return root
@@ -63,6 +64,8 @@ def main() -> None:
     from proflab.measuring import stats
 
     scratch = Path(tempfile.mkdtemp(prefix="proflab-base-"))
+
+    scratch.chmod(0o755)  # the sandbox runs as nobody when the kit runs as root
     base = scratch / "base"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.base],
                    check=True, capture_output=True)

@@ -285,3 +285,103 @@ def test_results_kept_from_an_earlier_round_are_worth_nothing(tmp_path, lab_numb
     assert proc.returncode == 1, report
     same = next(c for c in report["checks"] if c["name"] == "same_results")
     assert same["status"] == "failed" and "differ" in same["rationale"] + same.get("actual", ""), same
+
+
+# --- a sandbox that runs as nobody outside too (the kit run as root, its Python readable by all) ---------
+
+def test_data_built_under_a_private_umask_is_readable_by_a_sandbox_of_nobody(tmp_path):
+    """On a server where root's umask is 077, the data every run reads was built private (mkdtemp's 0700)
+    and every sandboxed run of every lab failed with "permission denied": it is built readable by all."""
+    from proflab import labkit
+
+    def build(folder):
+        (folder / "part").mkdir()
+        (folder / "part" / "x.bin").write_bytes(b"123")
+
+    old = os.umask(0o077)
+    try:
+        root = labkit.build_once(tmp_path / "data", "things", "1", build)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "data").stat().st_mode & 0o005 == 0o005
+    for path in [root, root / "part"]:
+        assert path.stat().st_mode & 0o777 == 0o755, path
+    for path in [root / "part" / "x.bin", root / "READY"]:
+        assert path.stat().st_mode & 0o777 == 0o644, path
+
+
+def test_what_a_sandbox_of_nobody_reads_is_lent_to_it_and_nothing_else_changes(tmp_path, monkeypatch):
+    """A check's workspace (a private temporary folder) and the way to it become readable by nobody;
+    a folder outside the kit's state and the temporary folders is left as it is."""
+    import tempfile
+
+    state = tmp_path / "kit" / ".proflab"
+    monkeypatch.setenv("PROFLAB_ROOT", str(tmp_path / "kit"))
+    (state / "tmp").mkdir(parents=True)
+    os.chmod(state, 0o700)
+    workspace = Path(tempfile.mkdtemp(dir=state / "tmp"))
+    (workspace / "yours.py").write_text("print('hi')\n")
+    os.chmod(workspace / "yours.py", 0o600)
+    elsewhere = Path(tempfile.mkdtemp(dir=tmp_path))
+    before = elsewhere.stat().st_mode
+    outside_tmp = Path(tempfile.gettempdir()).stat().st_mode
+    sandbox.lend([workspace])
+    assert state.stat().st_mode & 0o001 and (state / "tmp").stat().st_mode & 0o001
+    assert workspace.stat().st_mode & 0o005 == 0o005
+    assert (workspace / "yours.py").stat().st_mode & 0o004
+    assert elsewhere.stat().st_mode == before and Path(tempfile.gettempdir()).stat().st_mode == outside_tmp
+
+
+def test_the_checkers_own_helper_is_never_taken_for_a_process_of_the_run():
+    """nvidia-smi, started by the checker while a run was timed to read its device memory, was taken for
+    one of the run's processes: "work went on beside the timed steps" failed every check on CUDA."""
+    import subprocess
+    import threading
+    import time
+
+    from proflab.running import processes
+
+    run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"], start_new_session=True)
+    try:
+        tree = processes.Tree(run.pid, others_before=set())
+        started = threading.Thread(target=processes.helper, args=(["sleep", "1"], 5))
+        started.start()
+        deadline = time.monotonic() + 0.8
+        seen = set()
+        while time.monotonic() < deadline:
+            seen |= set(tree.scan())
+        started.join()
+        assert seen == {run.pid}, seen
+        # and a child that is not the checker's helper is the run's (the exclusion is not blanket)
+        other = subprocess.Popen(["sleep", "1"])
+        try:
+            assert other.pid in tree.scan()
+        finally:
+            other.wait()
+    finally:
+        run.kill()
+        run.wait()
+
+
+def test_a_fresh_sandboxed_run_is_its_own_main_process_not_work_beside_itself(lab, monkeypatch):
+    """Where the fork server cannot be used (on CUDA, a torch that loads the driver on import), each run is
+    a fresh process inside bubblewrap's: its steps' CPU was counted as another process's "work beside the
+    timed steps", and every check on CUDA failed, the original's too."""
+    monkeypatch.setattr(execute, "FORK", False)
+    busy = lab.folder / "busy.py"
+    busy.write_text(textwrap.dedent('''
+        import time
+        import torch
+
+        def pipeline(cfg):
+            step = 0
+            while True:
+                until = time.process_time() + 0.02
+                while time.process_time() < until:  # every step's work is the run's own CPU
+                    pass
+                yield {"step": torch.ones(4).sum() * step}
+                step += 1
+    '''), encoding="utf-8")
+    outcome = execute.run(lab, busy, "busy")
+    assert outcome.ok, (outcome.status, outcome.result)
+    assert outcome.sandboxed

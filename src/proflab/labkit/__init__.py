@@ -322,6 +322,8 @@ def build_once(data_dir: str | os.PathLike, name: str, version: str, build: Call
 def _rebuild(data_dir: Path, root: Path, version: str, build: Callable[[Path], None],
              hashes: bool, say: Callable[[str], None]) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
+    if data_dir.stat().st_uid == os.geteuid():  # enterable by a sandbox's nobody, whatever the umask
+        os.chmod(data_dir, data_dir.stat().st_mode & 0o7777 | 0o005)
     with _locked(data_dir) as alone:
         problem, files, _ = inspect(root, version, hashes=hashes)
         if problem is None:  # another process built it while this one waited
@@ -335,6 +337,7 @@ def _rebuild(data_dir: Path, root: Path, version: str, build: Callable[[Path], N
         try:
             build(tmp)
             files = write_manifest(tmp, version, say)
+            _public(tmp)
             if root.exists() or root.is_symlink():
                 old = Path(tempfile.mkdtemp(prefix=f".{root.name}-old-", dir=data_dir))
                 os.replace(root, old / root.name)
@@ -348,6 +351,17 @@ def _rebuild(data_dir: Path, root: Path, version: str, build: Callable[[Path], N
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
     return files
+
+
+def _public(folder: Path) -> None:
+    """The data is read by every run, in a sandbox that may run as ``nobody`` (the kit run as root): readable
+    by all, whatever the umask, and the folder too (``mkdtemp`` makes it private)."""
+    os.chmod(folder, 0o755)
+    for top, dirs, files in os.walk(folder):
+        for name in dirs:
+            os.chmod(Path(top) / name, 0o755)
+        for name in files:
+            os.chmod(Path(top) / name, 0o644)
 
 
 def _note(outcome: Outcome) -> None:

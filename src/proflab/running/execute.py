@@ -921,10 +921,34 @@ def _tree_cpu_s(tree: processes.Tree) -> float:
     return sum(_cpu_s(f"/proc/{pid}/stat", waited_for=True) or 0.0 for pid in tree.scan())
 
 
+def _run_process(tree: processes.Tree) -> int:
+    """The run's own process: the tree's first, or, where that is bubblewrap started for a fresh run (no
+    fork server: on CUDA, a torch that loads the driver on import), the run inside it (bubblewrap, then the
+    sandbox's first process, also bubblewrap, then the run). Found once, then kept."""
+    found = getattr(tree, "run_process", None)
+    if found is not None:
+        return found
+    pid = tree.root
+    while _name(pid) == "bwrap":
+        inside = sandbox.children(pid)
+        if len(inside) != 1:
+            return tree.root  # not started yet, or not bubblewrap's shape: asked again next time
+        pid = inside[0]
+    tree.run_process = pid
+    return pid
+
+
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def _cpu_by_task(tree: processes.Tree) -> dict[str, float]:
     """CPU seconds used so far by each thread of the run's process ("main" for the one running the steps)
     and each other process it started ("proc:PID"), from /proc; empty where there is no /proc."""
-    pid = tree.root
+    pid = _run_process(tree)
     used: dict[str, float] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")

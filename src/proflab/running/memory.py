@@ -16,8 +16,11 @@ Two figures, both read by the checker's process, never reported by the run:
   graded is the largest of the three. The limit check
   (``memory_mb``) uses PSS instead, which counts the pages forked DataLoader
   workers share once, at a slower pace (``execute``).
-* **device memory** (CUDA): what the driver reports per process
-  (``nvidia-smi --query-compute-apps``), sampled in a thread; where the
+* **device memory** (CUDA): what the driver reports per process, sampled in
+  a thread, through NVIDIA's management library (NVML, by its official
+  binding ``nvidia-ml-py``: no process started, a few microseconds an ask),
+  or ``nvidia-smi --query-compute-apps`` where the binding is missing (the
+  checker's own helper, never counted as the run's process); where the
   driver lists none of the run's processes (a container with its own PID
   namespace), the growth of the device's used memory since the run started.
   The run's own ``torch.cuda.max_memory_reserved()`` is kept for reference
@@ -33,14 +36,14 @@ peaks compare, and the report quotes them as they are.
 
 from __future__ import annotations
 
+import functools
 import shutil
-import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 SAMPLE_S = 0.02  # how often a memory-graded run's processes are looked at
-DEVICE_SAMPLE_S = 0.1  # the pause between two asks of the driver (each ask itself takes tens of ms)
+DEVICE_SAMPLE_S = 0.1  # the pause between two asks of the driver (nvidia-smi's ask itself takes tens of ms)
 
 
 def kb(path: str, field_name: str) -> int | None:
@@ -124,8 +127,8 @@ class Watch:
         return max(self.rss_peak_kb, self.hwm_peak_kb, self.committed_peak_kb) / 1024
 
     def start_device(self) -> None:
-        """On a machine with NVIDIA's driver tools, sample the device memory too (a thread)."""
-        if shutil.which("nvidia-smi"):
+        """On a machine with NVIDIA's driver, sample the device memory too (a thread)."""
+        if _nvml() is not None or shutil.which("nvidia-smi"):
             self.device = DeviceWatch(self)
             self.device.start()
 
@@ -160,11 +163,51 @@ _USED = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits
 
 
 def _ask(command: list[str]) -> list[list[str]]:
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
+    """nvidia-smi's CSV answer, as rows of cells; started as the checker's helper, so that the run's
+    process tree, whose CPU time and memory are graded, never takes it for one of the run's."""
+    from . import processes
+
+    out = processes.helper(command, timeout=5)
     return [[cell.strip() for cell in line.split(",")] for line in out.splitlines() if line.strip()]
+
+
+@functools.lru_cache(maxsize=1)
+def _nvml():
+    """NVIDIA's management library, initialised once; None where the binding or the driver is missing."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:  # noqa: BLE001 - no binding, no driver, no device: nvidia-smi, or no device figure
+        return None
+
+
+def _handles(nv) -> list:
+    return [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+
+
+def _apps() -> list[list[str]]:
+    """Every process holding device memory, as ``[pid, MiB]`` (``"[N/A]"`` where the driver cannot say)."""
+    nv = _nvml()
+    if nv is None:
+        return _ask(_APPS)
+    try:
+        return [[str(p.pid), "[N/A]" if p.usedGpuMemory is None else str(p.usedGpuMemory / 2**20)]
+                for handle in _handles(nv) for p in nv.nvmlDeviceGetComputeRunningProcesses(handle)]
+    except nv.NVMLError:
+        return []
+
+
+def _used() -> list[list[str]]:
+    """Each device's used memory, as ``[MiB]``."""
+    nv = _nvml()
+    if nv is None:
+        return _ask(_USED)
+    try:
+        return [[str(nv.nvmlDeviceGetMemoryInfo(handle).used / 2**20)] for handle in _handles(nv)]
+    except nv.NVMLError:
+        return []
 
 
 def _number(text: str) -> float | None:
@@ -182,21 +225,21 @@ class DeviceWatch(threading.Thread):
         self.watch = watch
         self.per_process_mb: float | None = None
         self.growth_mb: float | None = None
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._base_mb = self._used_mb()
 
     def _used_mb(self) -> float | None:
-        values = [_number(row[0]) for row in _ask(_USED) if row]
+        values = [_number(row[0]) for row in _used() if row]
         values = [v for v in values if v is not None]
         return sum(values) if values else None
 
     def run(self) -> None:
-        while not self._stop.wait(DEVICE_SAMPLE_S):
+        while not self._halt.wait(DEVICE_SAMPLE_S):
             self.sample()
 
     def sample(self) -> None:
         mine = {str(pid) for pid in self.watch.members}
-        rows = [r for r in _ask(_APPS) if len(r) >= 2 and r[0] in mine]
+        rows = [r for r in _apps() if len(r) >= 2 and r[0] in mine]
         values = [v for r in rows if (v := _number(r[1])) is not None]  # "[N/A]" (MIG, vGPU) is no figure
         if values and sum(values) > 0:
             self.per_process_mb = max(self.per_process_mb or 0.0, sum(values))
@@ -205,7 +248,7 @@ class DeviceWatch(threading.Thread):
             self.growth_mb = max(self.growth_mb or 0.0, used_now - self._base_mb)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=6)
 
     @property
@@ -214,8 +257,9 @@ class DeviceWatch(threading.Thread):
 
     @property
     def source(self) -> str | None:
+        how = "NVML" if _nvml() is not None else "nvidia-smi"
         if self.per_process_mb is not None:
-            return "nvidia-smi, per process"
+            return f"the driver ({how}), per process"
         if self.growth_mb is not None:
-            return "nvidia-smi, the device's used memory since the run started"
+            return f"the driver ({how}), the device's used memory since the run started"
         return None

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import threading
 import time
 from contextlib import contextmanager
@@ -86,6 +87,33 @@ def _all() -> dict[int, tuple[int, int, int, int, str]]:
     return found
 
 
+# The checker's own helper processes (nvidia-smi asked for a run's device memory): children of this process
+# that no run started, never taken for a run's. Started and registered under the lock a scan reads /proc under.
+_helpers: set[int] = set()
+_helpers_lock = threading.Lock()
+
+
+def helper(argv: list[str], timeout: float) -> str:
+    """Run one of the checker's own commands, and return what it printed ("" when it fails or is missing)."""
+    try:
+        with _helpers_lock:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, text=True)
+            _helpers.add(proc.pid)
+    except OSError:
+        return ""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        out = ""
+    finally:
+        with _helpers_lock:
+            _helpers.discard(proc.pid)
+    return out
+
+
 def children_of_mine() -> set[int]:
     me = os.getpid()
     return {pid for pid, info in _all().items() if info[0] == me}
@@ -108,7 +136,10 @@ class Tree:
 
     def scan(self) -> list[int]:
         """The run's processes alive now (zombies left out), the root first when alive."""
-        procs = _all()
+        with _helpers_lock:
+            procs = _all()
+            for pid in _helpers:  # the checker's own, not the run's
+                procs.pop(pid, None)
         with self._lock:
             root_info = procs.get(self.root)
             if root_info is not None and self.root not in self.seen and root_info[0] == self.parent:

@@ -167,6 +167,33 @@ def _device_nodes() -> list[str]:
         [f"/dev/{n}" for n in ("dri",) if n in names]
 
 
+def lend(folders: list[Path]) -> None:
+    """Make ``folders`` readable by ``nobody``, for a sandbox that runs as nobody outside too (the kit run
+    as root): everything in them readable, their folders enterable, and the way to them enterable where
+    it is the kit's own (its state folder) or a temporary folder; a private temporary folder (0700, as
+    ``mkdtemp`` makes them) would otherwise stop every run with "permission denied". Nothing else changes:
+    a folder the kit does not own, or outside those two places, is left as it is."""
+    state, tmp = paths.state_dir().resolve(), Path(tempfile.gettempdir()).resolve()
+    me = os.geteuid()
+    for folder in folders:
+        for parent in Path(folder).parents:
+            if _inside(parent, state) or (_inside(parent, tmp) and parent != tmp):
+                _add_mode(parent, 0o001, me)
+        for top, dirs, files in os.walk(folder):
+            _add_mode(Path(top), 0o005, me)
+            for name in files:
+                _add_mode(Path(top) / name, 0o004, me)
+
+
+def _add_mode(path: Path, bits: int, owner: int) -> None:
+    try:
+        st = path.lstat()
+        if st.st_uid == owner and not path.is_symlink() and st.st_mode & bits != bits:
+            os.chmod(path, (st.st_mode & 0o7777) | bits)
+    except OSError:
+        pass  # gone, or not ours: the run then says what it could not read
+
+
 class Box:
     """One sandbox's folder, and the bubblewrap command line that starts a process in that sandbox.
 
@@ -190,6 +217,8 @@ class Box:
                               if any(_inside(Path(p), h) for h in hidden) and Path(p).is_dir()
                               and not _inside(Path(p), self.root)}, key=lambda p: len(p.parts))
         self.headers = compile_headers()  # torch.compile's precompiled header, lent read-only
+        if engine_.owner is not None:  # nobody outside too: what it reads must be readable by nobody
+            lend(self.expose)
 
     def _own(self, path: Path) -> None:
         """A folder the sandbox's user can write: its own when the sandbox runs as nobody."""
