@@ -39,3 +39,34 @@ def test_device_time_goes_to_the_operator_that_launched_it_in_the_steps():
     assert rows["aten::addmm"].self_device_us == 80  # however late the kernel ran on the device
     assert rows["aten::linear"].self_device_us == 0
     assert sum(r.self_device_us for r in rows.values()) == 80  # the kernel launched before the step is not counted
+
+
+def steps_trace(mm_us: list[float], calls: int = 1, relu_us: float = 50.0):
+    """Profiled steps of 1000 µs, each with ``calls`` aten::mm of ``mm_us[step]`` µs in all and a relu."""
+    events = []
+    for step, mm in enumerate(mm_us):
+        start = 10_000 * (step + 1)
+        events.append(x(f"ProfilerStep#{step}", "user_annotation", start, 1000))
+        for call in range(calls):
+            events.append(x("aten::mm", "cpu_op", start + 10 + call * 300, mm / calls))
+        events.append(x("aten::relu", "cpu_op", start + 900, relu_us))
+    return evidence.from_data("steps.pt.trace.json", {"traceEvents": events})
+
+
+def moved(before, after, noise=0.0):
+    return {c.name: c.status for c in operators.diff(before, after, noise)
+            if c.status != "same" and c.name != operators.STEP}  # the step itself, as the gate leaves it out
+
+
+def test_a_move_within_what_an_operator_varies_from_step_to_step_is_no_change():
+    """Two runs of one file on a busy machine: aten::mm's mean moved by 6% of the step, but its steps
+    vary that much within each run: nothing changed. The same move with steady steps is a change."""
+    noisy_a, noisy_b = [300, 420, 240, 380, 330], [390, 300, 470, 360, 460]  # means 334 and 396
+    assert moved(steps_trace(noisy_a), steps_trace(noisy_b)) == {}
+    assert moved(steps_trace([334] * 5), steps_trace([396] * 5)) == {"aten::mm": "grown"}
+
+
+def test_a_move_within_the_rounds_noise_is_no_change_and_a_change_in_calls_always_is():
+    assert moved(steps_trace([300] * 5), steps_trace([330] * 5), noise=0.06) == {}  # 10% within 2 × 6%
+    assert moved(steps_trace([300] * 5), steps_trace([400] * 5), noise=0.06) == {"aten::mm": "grown"}
+    assert moved(steps_trace([300] * 5), steps_trace([300] * 5, calls=2), noise=0.5) == {"aten::mm": "grown"}

@@ -33,10 +33,10 @@ from rich.table import Table
 
 from . import __version__, atomic, errors, labs, paths, progress
 from .grading import checks
-from .running import execute, processes, sandbox
+from .running import execute, processes, sandbox, slots
 from .reporting import report, summaries
 from .viewing import tensorboard
-from .measuring import traces
+from .measuring import stats, traces
 
 USAGE_ERROR = 2
 out = Console(highlight=False)
@@ -111,8 +111,8 @@ def _label(lab: labs.Lab, file: Path) -> str:
 
 @contextmanager
 def _status(message: str, enabled: bool = True):
-    if not enabled or not err.is_terminal:
-        yield lambda text: None
+    if not enabled or not err.is_terminal:  # a log: only a wait for a turn at the machine is said, once a line
+        yield lambda text: err.print(escape(text)) if text.startswith(slots.WAITING) else None
         return
     with err.status(message) as live:
         yield lambda text: live.update(text)
@@ -173,7 +173,7 @@ def cmd_run(args) -> int:
     doing = (f"Running {file.name}: {w.warmup_steps + w.timed_steps} steps, profiled by your own code…"
              if lab.profiling else f"Profiling {file.name}: {w.warmup_steps} warm-up, {w.timed_steps} timed, "
                                    f"{w.profile_steps} profiled steps…")
-    with _status(doing), checks.workspace("run-") as work:
+    with _status(doing) as update, checks.workspace("run-") as work, slots.turn(update):
         copy = checks.snapshot(file, work / "file")  # what is profiled, even if the file is saved meanwhile
         outcome = execute.run(lab, copy, label, device=args.device, trace_dir=work / "trace", table=True,
                               # a distributed lab's shapes give the bytes each all-reduce sends
@@ -233,12 +233,19 @@ def cmd_run(args) -> int:
         peak = f"{m['peak_mb']:.0f} MB" if m.get("peak_mb") is not None else "not readable here"
         out.print(f"[dim]Peak memory of the run, read from outside it ({escape(m.get('measured', ''))}):[/] {peak}",
                   soft_wrap=True)
-    times = sorted(r["step_times"])
-    out.print(f"Step time over {len(times)} timed steps: mean {r['mean_step_s'] * 1000:.1f} ms, "
-              f"median {times[len(times) // 2] * 1000:.1f} ms "
+    times = r["step_times"]
+    out.print(f"Step time over {len(times)} timed steps: median {stats.median(times) * 1000:.1f} ms, "
+              f"half of the steps within {stats.quantile(times, 0.25) * 1000:.1f}–"
+              f"{stats.quantile(times, 0.75) * 1000:.1f} ms (mean {r['mean_step_s'] * 1000:.1f} ms) "
               + ("(profiler off while timing)" if not lab.profiling else
                  "(with your profiler, as your file runs it)" if r.get("traces_found") else
                  "(no profiler ran: your code wrote no trace yet)"))
+    cpu_ms = 1000 * r["cpu_window_s"] / len(times) if r.get("cpu_window_s") is not None and times else None
+    if cpu_ms is not None:
+        out.print(f"[dim]CPU time of the run's processes and threads (from /proc): {cpu_ms:.1f} ms per step"
+                  + (" — what this lab's check compares on this device" if lab.figure(r["device"]) == "cpu_time"
+                     else "") + "[/]")
+    _against_original(lab, label, r, cpu_ms)
     _summaries(lambda: summaries.write_step_times(lab, label, r["step_times"]))
     progress.safely(lambda: progress.remember_run(lab.slug, label),
                     "the run was not remembered for proflab tensorboard")
@@ -253,6 +260,34 @@ def cmd_run(args) -> int:
         out.print(f"Trace: {escape(paths.display(r['trace']))} ({size:.1f} MB)")
         out.print(f"Open it: [bold]proflab tensorboard[/]   [dim](run '{lab.slug}/{label}')[/]")
     return 0
+
+
+def _against_original(lab, label: str, r: dict, cpu_ms: float | None) -> None:
+    """Remember this run's steps, and, for a version other than the original, say how it compares with the
+    original's last run on the same device: by how much, and whether that is beyond the two runs' noise."""
+    figures = {"step_times": list(r["step_times"]), "device": r["device"], "cpu_ms": cpu_ms}
+    progress.safely(lambda: progress.remember_steps(lab.slug, label, figures),
+                    "this run's step times were not remembered")
+    if label == "original" or lab.profiling:
+        return
+    before = progress.remembered_steps(lab.slug, "original")
+    if not before or before.get("device") != r["device"] or not before["step_times"] or not r["step_times"]:
+        out.print(f"[dim]To compare: proflab run {lab.name} --version original, then this file again; "
+                  f"proflab check {lab.name} measures both in paired rounds.[/]")
+        return
+    ratio = stats.median(before["step_times"]) / max(stats.median(r["step_times"]), 1e-12)
+    low, high = stats.ratio_interval(before["step_times"], r["step_times"])
+    how = f"{ratio:.2f}× the original's speed" if ratio >= 1 else f"{1 / ratio:.2f}× slower than the original"
+    if low > 1 or high < 1:
+        verdict = "beyond the noise of the two runs"
+    else:
+        verdict = ("within the noise of the two runs: they cannot tell these apart (a busy machine moves "
+                   "single runs); proflab check measures paired rounds")
+    out.print(f"Against the original's last run (median {stats.median(before['step_times']) * 1000:.1f} ms): "
+              f"{how}, 95% interval {low:.2f}–{high:.2f}×, {verdict}", soft_wrap=True)
+    if cpu_ms and before.get("cpu_ms") and lab.figure(r["device"]) == "cpu_time":
+        out.print(f"[dim]In CPU time: {before['cpu_ms']:.1f} → {cpu_ms:.1f} ms per step "
+                  f"({before['cpu_ms'] / cpu_ms:.2f}×)[/]")
 
 
 def _communication(rank_traces: list[str]) -> None:

@@ -296,6 +296,11 @@ class Lab:
     leaner: dict[str, float] = field(default_factory=dict)
     distributed: Distributed | None = None  # a torchrun job of several ranks ([distributed], lab 6)
     gating: Gating | None = None  # the exercise is a gate's settings ([gate], lab 7)
+    # Which figure a step's time is, per device ([timing]): "wall_time" (the checker's clock; the
+    # default) or "cpu_time" (the CPU seconds of every process and thread of the run, read from /proc,
+    # which other jobs on the machine barely move); and why, in a sentence for the report and the page.
+    timing: dict[str, str] = field(default_factory=dict)
+    timing_why: str = ""
 
     @property
     def slug(self) -> str:
@@ -309,6 +314,10 @@ class Lab:
         if self.leaner:
             return 1.0 / self.peak_share(device)
         return self.thresholds.get(device, self.thresholds["cpu"])
+
+    def figure(self, device: str) -> str:
+        """What a step's time is on ``device``: "wall_time" or "cpu_time" ([timing]; wall time by default)."""
+        return self.timing.get(device.split(":")[0], "wall_time")
 
     def peak_share(self, device: str) -> float:
         """A lab graded on memory: the largest share of the original's peak a version may use on ``device``."""
@@ -419,6 +428,7 @@ _TOP: Spec = {
     "storage": (_TABLE, False),
     "audit": (_TABLE, False),
     "distributed": (_TABLE, False),
+    "timing": (_TABLE, False),
 }
 _FILES: Spec = {
     "original": (_FILE, False),
@@ -458,6 +468,9 @@ _OVERHEADS: Spec = {"cpu": (_OVERHEAD_SHARE, True), "cuda": (_OVERHEAD_SHARE, Fa
 _PEAK_SHARE = _Kind("a share of the original's peak memory, above 0 and below 1 (0.5: at most half)",
                     lambda v: _is_number(v) and 0 < v < 1)
 _PEAK_SHARES: Spec = {"cpu": (_PEAK_SHARE, True), "cuda": (_PEAK_SHARE, False)}
+FIGURES = ("wall_time", "cpu_time")  # what a step's time is, per device: the clock, or the run's CPU seconds
+_FIGURE = _Kind("\"wall_time\" or \"cpu_time\"", lambda v: v in FIGURES)
+_TIMING: Spec = {"cpu": (_FIGURE, False), "cuda": (_FIGURE, False), "why": (_TEXT, True)}
 _NOT_A_FIX = _Kind("a table of calls and why each is not a fix ({\"gc.collect\" = \"...\"})",
                    lambda v: isinstance(v, dict) and all(_is_text(x) for x in v.values()))
 _PROFILE: Spec = {"labels": (_TEXTS, True), "max_steps": (_integer(1), True), "where": (_STRING, False),
@@ -620,6 +633,7 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
     overhead = p.table(top["overhead"], "overhead", _OVERHEADS) if "overhead" in top else {}
     leaner = p.table(top["memory"], "memory", _PEAK_SHARES) if "memory" in top else {}
     gating = p.table(top["gate"], "gate", _GATE) if gate_lab else None
+    timing = p.table(top["timing"], "timing", _TIMING) if "timing" in top else {}
     if not gate_lab and sum(key in top for key in ("speedup", "overhead", "memory")) != 1:
         p.add("", "give one of [speedup] (how much faster a fix must be), [overhead] (how little slower "
                   "a profiled version may be) or [memory] (how much less memory a fix may use at its peak)")
@@ -686,6 +700,8 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
                       regression=gating["regression"], cause=gating["cause"], settings=tuple(gating["settings"]),
                       limits={k: (float(a), float(b)) for k, (a, b) in gating.get("limits", {}).items()},
                       where=gating.get("where", "")) if gating and len(gating) >= 6 else None,
+        timing={device: figure for device, figure in timing.items() if device in DEVICES},
+        timing_why=timing.get("why", ""),
     )
 
 

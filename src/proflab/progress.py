@@ -329,6 +329,19 @@ def remember_run(lab_slug: str, run: str) -> None:
                             "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
+def remember_steps(lab_slug: str, run: str, figures: dict) -> None:
+    """The step times of a version's last ``proflab run`` (the next run of another version is told how it
+    compares). Raises OSError (see ``safely``)."""
+    with _updating() as data:
+        data.setdefault("step_times", {})[f"{lab_slug}/{run}"] = {
+            **figures, "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def remembered_steps(lab_slug: str, run: str) -> dict | None:
+    found = (load().get("step_times") or {}).get(f"{lab_slug}/{run}")
+    return found if isinstance(found, dict) and isinstance(found.get("step_times"), list) else None
+
+
 def last_run() -> dict[str, str] | None:
     return load().get("last_run")
 

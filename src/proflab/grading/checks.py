@@ -33,7 +33,7 @@ from typing import Any
 from ..measuring import evidence, stats, traces
 from . import bottleneck, compare, margin
 from .. import errors, labs, paths
-from ..running import execute, forkserver, sandbox
+from ..running import execute, forkserver, sandbox, slots
 from .staging import (NotGraded, Stage, original_reads, original_role, prepare_data, snapshot, stage,  # noqa: F401
                       unreadable, workspace)
 # What a check says lives in verdicts; the names are kept here too, for the callers of the checker.
@@ -343,36 +343,40 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
     while True:
         round_no += 1
         order = ("learner", "original") if round_no % 2 else ("original", "learner")
-        for which in order:
-            if unchanged and which == "original":
-                outcome = _as_original(learners[0], report, loaded)
-            else:
-                outcome = run_one(which, round_no)
-            if which == "learner":
-                if not learners:
-                    report.output = outcome.stdout[-2000:]
-                if not outcome.ok:
-                    report.traceback = outcome.result.get("traceback", "") or outcome.stderr
-                    if outcome.result.get("kind") == "short":
-                        done = outcome.result.get("steps_done", 0)
-                        runs.passed(f"{Path(file).name} ran, but stopped early", actual=f"{done} steps")
-                        same.failed(f"pipeline(cfg) yielded {done} steps; the original yields "
-                                    f"{lab.workload.total_steps} for the same data",
-                                    f"{lab.workload.total_steps} steps", f"{done} steps",
-                                    "keep every step of the original: the same batches, the same batch size")
-                    else:
-                        runtime_failure(runs, outcome, lab, timeout)
-                    report.verdict = FAILED
-                    return
-                learners.append(outcome)
-            else:
-                if not outcome.ok:
-                    report.verdict = "error"
-                    report.error = (f"the original itself failed ({outcome.result.get('message', outcome.status)}); "
-                                    "this is a problem of the kit or the machine, not of your fix")
-                    report.traceback = outcome.result.get("traceback", "") or outcome.stderr
-                    return
-                originals.append(outcome)
+        # the round's runs in one turn at the machine: no other proflab measures on these cores meanwhile
+        with slots.turn(on_progress) as slot:
+            report.waited_s += slot.waited_s
+            for which in order:
+                if unchanged and which == "original":
+                    outcome = _as_original(learners[0], report, loaded)
+                else:
+                    outcome = run_one(which, round_no)
+                if which == "learner":
+                    if not learners:
+                        report.output = outcome.stdout[-2000:]
+                    if not outcome.ok:
+                        report.traceback = outcome.result.get("traceback", "") or outcome.stderr
+                        if outcome.result.get("kind") == "short":
+                            done = outcome.result.get("steps_done", 0)
+                            runs.passed(f"{Path(file).name} ran, but stopped early", actual=f"{done} steps")
+                            same.failed(f"pipeline(cfg) yielded {done} steps; the original yields "
+                                        f"{lab.workload.total_steps} for the same data",
+                                        f"{lab.workload.total_steps} steps", f"{done} steps",
+                                        "keep every step of the original: the same batches, the same batch size")
+                        else:
+                            runtime_failure(runs, outcome, lab, timeout)
+                        report.verdict = FAILED
+                        return
+                    learners.append(outcome)
+                else:
+                    if not outcome.ok:
+                        report.verdict = "error"
+                        why = outcome.result.get("message", outcome.status)
+                        report.error = (f"the original itself failed ({why}); "
+                                        "this is a problem of the kit or the machine, not of your fix")
+                        report.traceback = outcome.result.get("traceback", "") or outcome.stderr
+                        return
+                    originals.append(outcome)
         report.device = device
 
         for index in range(len(report.timings["learner"]), len(learners)):
@@ -394,11 +398,13 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
             for compared in (run, originals[index]):  # the checker's memory does not grow with every run's values
                 compared.result.pop("results", None)
                 compared.result.pop("rank_results", None)
-        allowance = first_step_allowance(lab, originals)
-        report.timings["original"] = [counted_step_s(o, allowance) for o in originals]
-        report.timings["learner"] = [counted_step_s(o, allowance) for o in learners]
+        report.figure = figure_of(lab, device, originals + learners)
+        allowance = first_step_allowance(lab, originals, report.figure)
+        first_key = "first_step_cpu_s" if report.figure == "cpu_time" else "first_step_s"
+        report.timings["original"] = [counted_step_s(o, allowance, report.figure) for o in originals]
+        report.timings["learner"] = [counted_step_s(o, allowance, report.figure) for o in learners]
         report.first_step = {"allowance_s": allowance, **{
-            which: stats.median([float(o.result.get("first_step_s", 0.0)) for o in runs_of])
+            which: stats.median([float(o.result.get(first_key, 0.0)) for o in runs_of])
             for which, runs_of in (("original_s", originals), ("learner_s", learners))}}
         report.step_times["original"] = [t for o in originals for t in o.result["step_times"]]
         report.step_times["learner"] = [t for o in learners for t in o.result["step_times"]]
@@ -425,7 +431,8 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                                 "a fix from no change here")
                 return
         if round_no >= rounds:
-            report.stopped = _stop_reason(lab, report, round_no, time.perf_counter() - measuring_since)
+            measured_s = time.perf_counter() - measuring_since - report.waited_s  # waiting for turns is not counted
+            report.stopped = _stop_reason(lab, report, round_no, measured_s)
             if report.stopped:
                 break
 
@@ -487,7 +494,16 @@ FIRST_STEP_SLACK = 1.05
 FIRST_STEP_SLACK_S = 0.02
 
 
-def first_step_allowance(lab: labs.Lab, originals: list[execute.Outcome]) -> float:
+def figure_of(lab: labs.Lab, device: str, runs: list[execute.Outcome], wanted: str | None = None) -> str:
+    """The figure a step's time is for these runs: ``wanted``, else the lab's for the device ([timing]),
+    where every run has it (CPU time needs /proc: elsewhere, wall time)."""
+    wanted = wanted or lab.figure(device or "cpu")
+    if wanted == "cpu_time" and all("cpu_span_s" in o.result for o in runs):
+        return wanted
+    return "wall_time"
+
+
+def first_step_allowance(lab: labs.Lab, originals: list[execute.Outcome], figure: str = "wall_time") -> float:
     """How long a version's first step may take and still be left out of its time, in seconds.
 
     The first step imports the lab file and builds the pipeline (data, model,
@@ -497,14 +513,19 @@ def first_step_allowance(lab: labs.Lab, originals: list[execute.Outcome]) -> flo
     does beyond that in its first step is work moved out of the timed steps,
     and counts. Time spent compiling (torch.compile) is left out on top.
     """
-    firsts = [float(o.result.get("first_step_s", 0.0)) for o in originals]
+    key = "first_step_cpu_s" if figure == "cpu_time" else "first_step_s"
+    firsts = [float(o.result.get(key, 0.0)) for o in originals]
     return (stats.median(firsts) if firsts else 0.0) * FIRST_STEP_SLACK + FIRST_STEP_SLACK_S + lab.workload.startup_s
 
 
-def counted_step_s(run: execute.Outcome, allowance_s: float) -> float:
+def counted_step_s(run: execute.Outcome, allowance_s: float, figure: str = "wall_time") -> float:
     """The time per step the speed-up compares: every warm-up and timed step, stamped by the checker,
-    less the time spent compiling and at most ``allowance_s`` of the first step."""
+    less the time spent compiling and at most ``allowance_s`` of the first step; in wall time, or in the
+    CPU time the checker read from /proc over the same span (``figure``)."""
     r = run.result
+    if figure == "cpu_time" and "cpu_span_s" in r:
+        left_out = float(r["cpu_compile_s"]) + min(float(r["first_step_cpu_s"]), allowance_s)
+        return max(0.0, float(r["cpu_span_s"]) - left_out) / max(int(r["counted_steps"]), 1)
     if "span_s" not in r:  # a run without the checker's stamps (never the case in a check)
         return run.mean_step_s
     left_out = float(r["compile_s"]) + min(float(r["first_step_s"]), allowance_s)

@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from .. import errors, labs, paths
 from ..measuring import breakdown, evidence, operators, stats, traces
-from ..running import execute, forkserver, revision
+from ..running import execute, forkserver, revision, slots
 from . import checks
 from .staging import NotGraded
 from .verdicts import FAILED, INCONCLUSIVE, PASSED, Check, Verdict
@@ -61,6 +61,8 @@ class GateReport(Verdict):
     against: str = ""  # the git revision, when the baseline was taken from one
     commit: str = ""  # what it named
     device: str = "?"
+    figure: str = "wall_time"  # what a step's time is (``checks.figure_of``)
+    waited_s: float = 0.0  # waiting for turns at the machine, not counted
     verdict: str = FAILED  # passed (no regression) | failed (regression) | inconclusive | error
     error: str = ""  # the baseline or the kit failed: nothing to compare against
     checks: list[Check] = field(default_factory=list)
@@ -261,52 +263,55 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
         return outcome
 
     round_no = 0
+    moved: list[operators.Change] = []
     while True:
         round_no += 1
-        for which in (("candidate", "baseline") if round_no % 2 else ("baseline", "candidate")):
-            outcome = run_one(which, round_no)
-            if which == "candidate" and not done["candidate"]:
-                report.output = outcome.stdout[-2000:]
-            if not outcome.ok:
-                report.traceback = outcome.result.get("traceback", "") or outcome.stderr
-                if which == "candidate" and not done["baseline"]:  # the very first run: is it the machine's?
-                    base = run_one("baseline", round_no)
-                    if not base.ok:
-                        report.verdict = "error"
-                        report.error = (f"the baseline ({gate.baseline_shown}) fails too "
-                                        f"({base.result.get('message', base.status)}): something both need "
-                                        "(the data, a dependency, the device) is missing, not the candidate's "
-                                        "change; --verbose shows the candidate's traceback")
-                        return
-                if which == "candidate":
-                    if outcome.result.get("kind") == "short":
-                        steps = outcome.result.get("steps_done", 0)
-                        runs.failed(f"{name}: pipeline(cfg) stopped after {steps} steps; the gate needs "
-                                    f"{lab.workload.total_steps}", f"{lab.workload.total_steps} steps",
-                                    f"{steps} steps", "yield once per step, for as long as the gate asks")
+        with slots.turn(on_progress) as slot:  # the round's runs in one turn at the machine
+            report.waited_s += slot.waited_s
+            for which in (("candidate", "baseline") if round_no % 2 else ("baseline", "candidate")):
+                outcome = run_one(which, round_no)
+                if which == "candidate" and not done["candidate"]:
+                    report.output = outcome.stdout[-2000:]
+                if not outcome.ok:
+                    report.traceback = outcome.result.get("traceback", "") or outcome.stderr
+                    if which == "candidate" and not done["baseline"]:  # the very first run: is it the machine's?
+                        base = run_one("baseline", round_no)
+                        if not base.ok:
+                            report.verdict = "error"
+                            report.error = (f"the baseline ({gate.baseline_shown}) fails too "
+                                            f"({base.result.get('message', base.status)}): something both need "
+                                            "(the data, a dependency, the device) is missing, not the candidate's "
+                                            "change; --verbose shows the candidate's traceback")
+                            return
+                    if which == "candidate":
+                        if outcome.result.get("kind") == "short":
+                            steps = outcome.result.get("steps_done", 0)
+                            runs.failed(f"{name}: pipeline(cfg) stopped after {steps} steps; the gate needs "
+                                        f"{lab.workload.total_steps}", f"{lab.workload.total_steps} steps",
+                                        f"{steps} steps", "yield once per step, for as long as the gate asks")
+                        else:
+                            checks.runtime_failure(runs, outcome, lab, lab.workload.timeout_s)
+                        report.verdict = FAILED
                     else:
-                        checks.runtime_failure(runs, outcome, lab, lab.workload.timeout_s)
-                    report.verdict = FAILED
-                else:
-                    report.verdict = "error"
-                    report.error = (f"the baseline ({gate.baseline_shown}) failed: "
-                                    f"{outcome.result.get('message', outcome.status)}; there is nothing to "
-                                    "compare the candidate against")
-                return
-            if which == "baseline":
-                if not done["baseline"] and not lab.results:
-                    lab = replace(lab, results=_rules(s, outcome.result["results"]))
-                elif done["baseline"] and (diff := checks.differs(lab, done["baseline"][0], outcome)):
-                    if not s.allow_different_results:
                         report.verdict = "error"
-                        report.error = (f"two runs of the baseline disagree ({diff.message}): it is not "
-                                        "deterministic, so a candidate's values cannot be held to it; seed it "
-                                        "(cfg.seed), or gate with --allow-different-results")
-                        return
-                if done["baseline"]:
-                    outcome.result.pop("results")
-                    outcome.result.pop("rank_results", None)
-            done[which].append(outcome)
+                        report.error = (f"the baseline ({gate.baseline_shown}) failed: "
+                                        f"{outcome.result.get('message', outcome.status)}; there is nothing to "
+                                        "compare the candidate against")
+                    return
+                if which == "baseline":
+                    if not done["baseline"] and not lab.results:
+                        lab = replace(lab, results=_rules(s, outcome.result["results"]))
+                    elif done["baseline"] and (diff := checks.differs(lab, done["baseline"][0], outcome)):
+                        if not s.allow_different_results:
+                            report.verdict = "error"
+                            report.error = (f"two runs of the baseline disagree ({diff.message}): it is not "
+                                            "deterministic, so a candidate's values cannot be held to it; seed it "
+                                            "(cfg.seed), or gate with --allow-different-results")
+                            return
+                    if done["baseline"]:
+                        outcome.result.pop("results")
+                        outcome.result.pop("rank_results", None)
+                done[which].append(outcome)
         report.device = device
 
         for run in done["candidate"][len(report.timings["candidate"]):]:
@@ -321,9 +326,10 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
                 report.different = diff.message
             run.result.pop("results")
             run.result.pop("rank_results", None)
-        allowance = checks.first_step_allowance(lab, done["baseline"])
+        report.figure = checks.figure_of(lab, device, done["baseline"] + done["candidate"], s.measure)
+        allowance = checks.first_step_allowance(lab, done["baseline"], report.figure)
         for which in VERSIONS:
-            report.timings[which] = [checks.counted_step_s(o, allowance) for o in done[which]]
+            report.timings[which] = [checks.counted_step_s(o, allowance, report.figure) for o in done[which]]
 
         if round_no == 1:
             runs.passed(f"{name} ran all {lab.workload.total_steps} steps on {device}",
@@ -335,14 +341,15 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
                 same.passed(f"all {lab.workload.total_steps} steps yield the baseline's values "
                             f"({', '.join(r.key for r in lab.results) or 'nothing yielded'})",
                             "the baseline's values", "equal within tolerance")
-            _what_changed(report, loaded)
+            moved = _what_changed(report, loaded)
             loaded.clear()
         if round_no >= rounds:
-            report.stopped = _stop_reason(lab, report, round_no, time.perf_counter() - since)
+            report.stopped = _stop_reason(lab, report, round_no, time.perf_counter() - since - report.waited_s)
             if report.stopped:
                 break
     report.latency = {which: {"median_ms": 1000 * stats.median(t), "p95_ms": 1000 * stats.quantile(t, 0.95)}
                       for which, t in ((v, [x for o in done[v] for x in o.result["step_times"]]) for v in VERSIONS)}
+    _changes(report, moved, _comparison(report).noise)
     _decide(report, regression, lab)
 
 
@@ -406,6 +413,12 @@ def _decide(report: GateReport, regression: Check, lab: labs.Lab) -> None:
             "the machine was too busy (or the difference too close to the limit) for these rounds: more "
             "timed_steps or max_rounds narrow the interval; a quieter runner narrows it most")
         report.verdict = INCONCLUSIVE
+    regression.details = (["timed in CPU time: the CPU seconds of every process and thread of each run, read "
+                           "from /proc, which other jobs on the machine barely move (measure = \"cpu_time\")"]
+                          if report.figure == "cpu_time" else [])
+    if report.waited_s >= 1:
+        regression.details.append(f"waited {report.waited_s:.0f} s for turns at the machine (other proflab runs "
+                                  "were measuring); not counted")
 
 
 def _ms(us: float) -> str:
@@ -413,10 +426,12 @@ def _ms(us: float) -> str:
     return f"{ms:.0f} ms" if ms >= 100 else f"{ms:.1f} ms" if ms >= 1 else f"{ms:.2f} ms"
 
 
-def _what_changed(report: GateReport, loaded: dict[str, evidence.Trace]) -> None:
-    """From the two first runs' traces: where each step went, and the names that moved most per step."""
+def _what_changed(report: GateReport, loaded: dict[str, evidence.Trace]) -> list[operators.Change]:
+    """From the two first runs' traces: where each step went, and the names that moved per step beyond
+    what they vary from step to step (``operators.diff``); ``_changes`` keeps those beyond the rounds'
+    noise too, once it is measured."""
     if not all(v in loaded for v in VERSIONS):
-        return
+        return []
     for which in VERSIONS:
         try:
             found = breakdown.of(loaded[which])
@@ -424,11 +439,18 @@ def _what_changed(report: GateReport, loaded: dict[str, evidence.Trace]) -> None
             continue
         report.breakdown[which] = {"step_ms": found.step_ms, "host_ms": found.host_ms,
                                    "device_busy_ms": found.device_busy_ms, "steps": found.steps}
-    moved = [c for c in operators.diff(loaded["baseline"], loaded["candidate"])
-             if c.status != "same" and c.name != operators.STEP]
-    report.changes = [c.as_dict() for c in moved[:CHANGES_SHOWN]]
-    grown = [c for c in moved if c.self_delta_us > 0]
-    shrunk = [c for c in moved if c.self_delta_us < 0]
+    return [c for c in operators.diff(loaded["baseline"], loaded["candidate"])
+            if c.status != "same" and c.name != operators.STEP]
+
+
+def _changes(report: GateReport, moved: list[operators.Change], noise: float) -> None:
+    """What changed: the moves beyond the noise the rounds measured (twice the larger version's run-to-run
+    variation, of the name's own time), and any name called a different number of times or not at all."""
+    beyond = [c for c in moved if c.before is None or c.after is None or c.before.calls != c.after.calls
+              or abs(c.self_delta_us) > 2 * noise * c.before.self_cpu_us]
+    report.changes = [c.as_dict() for c in beyond[:CHANGES_SHOWN]]
+    grown = [c for c in beyond if c.self_delta_us > 0]
+    shrunk = [c for c in beyond if c.self_delta_us < 0]
     if grown:
         report.because["slower"] = describe(grown[0])
     if shrunk:

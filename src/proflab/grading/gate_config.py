@@ -63,6 +63,7 @@ _NAMES = ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(
 _DEVICE = ('"auto", "cpu" or "cuda"', lambda v: v in ("auto", "cpu", "cuda"))
 _LAB = ("a lab's number or name (1, \"dataloader\")",
         lambda v: (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, str) and bool(v.strip())))
+_MEASURE = ('"wall_time" or "cpu_time"', lambda v: v in ("wall_time", "cpu_time"))
 _PROFILED = ("0 (no profile, no 'what changed'), or a whole number 2 or more",
              lambda v: isinstance(v, int) and not isinstance(v, bool) and (v == 0 or v >= 2))
 
@@ -98,6 +99,10 @@ KEYS: dict[str, Key] = {
     "max_slowdown": _key("the slowdown that fails the gate: the candidate's step time over the baseline's",
                          _number(1.0, strict=True), 1.10),
     "device": _key("where both versions run", _DEVICE, "auto"),
+    "measure": _key("what a step's time is: \"wall_time\" (the clock: waiting on data, a peer or the device "
+                    "counts) or \"cpu_time\" (the CPU seconds of the run's processes and threads, read from "
+                    "/proc: steady beside other jobs on a shared runner, for a step that is CPU work); default: "
+                    "the lab's ([timing]), else wall_time", _MEASURE),
     "threads": _key("torch intra-op threads in every run (default: torch's own)", _int(1)),
     "allow_different_results": _key("report values that differ between the versions without failing the gate",
                                     _BOOL, False),

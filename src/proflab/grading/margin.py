@@ -91,7 +91,8 @@ def grade(lab: labs.Lab, report: Report, faster: Check, file: Path | None = None
     lat = {which: {"median_ms": 1000 * stats.median(times), "p95_ms": 1000 * stats.quantile(times, 0.95)}
            for which, times in report.step_times.items()}
     report.latency = lat
-    measured = (f"{cmp.speedup:.2f}× (mean step {cmp.original_s * 1000:.1f} ms → {cmp.learner_s * 1000:.1f} ms; "
+    step = "mean step in CPU time" if report.figure == "cpu_time" else "mean step"
+    measured = (f"{cmp.speedup:.2f}× ({step} {cmp.original_s * 1000:.1f} ms → {cmp.learner_s * 1000:.1f} ms; "
                 f"median {lat['original']['median_ms']:.1f} ms → {lat['learner']['median_ms']:.1f} ms, "
                 f"p95 {lat['original']['p95_ms']:.1f} ms → {lat['learner']['p95_ms']:.1f} ms; "
                 f"rounds {cmp.ratio_low:.2f}–{cmp.ratio_high:.2f}×, noise ±{cmp.noise:.0%})")
@@ -117,7 +118,22 @@ def grade(lab: labs.Lab, report: Report, faster: Check, file: Path | None = None
             expected, measured,
             "the machine was too busy to trust these timings: close other programs (or wait for other "
             "jobs to finish) and check again; --rounds N starts with more rounds")
-    faster.details = _start_up_paid(lab, report, cmp)
+    faster.details = _start_up_paid(lab, report, cmp) + how_timed(lab, report)
+
+
+def how_timed(lab: labs.Lab, report) -> list[str]:
+    """What a step's time was, and why (the lab's [timing]), and the turns waited for: a line each."""
+    lines = []
+    if report.figure == "cpu_time":
+        lines.append("timed in CPU time: the CPU seconds of every process and thread of each run, read by the "
+                     "checker from /proc, which other jobs on the machine barely move"
+                     + (f" ({lab.timing_why})" if lab.timing_why else ""))
+    elif lab.timing_why and lab.figure(report.device) == "wall_time":
+        lines.append(f"timed by the clock: {lab.timing_why}")
+    if report.waited_s >= 1:
+        lines.append(f"waited {report.waited_s:.0f} s for turns at the machine (other checks were measuring); "
+                     "not counted")
+    return lines
 
 
 # Said in the report when the first step's time beyond its allowance is at least this share of the
@@ -164,6 +180,7 @@ def _overhead(lab: labs.Lab, report: Report, faster: Check, cmp: stats.Compariso
                             f"{interval} straddles the {limit:.0%} limit", expected, measured,
                             "the machine was too busy to trust these timings: close other programs and check "
                             "again; --rounds N starts with more rounds")
+    faster.details = how_timed(lab, report)
 
 
 def _held_not_resident(report: Report) -> float:

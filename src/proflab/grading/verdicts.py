@@ -141,6 +141,11 @@ class Report(Verdict):
     duration_s: float = 0.0
     stopped: str = ""  # why the measuring stopped: decided | round limit | time budget
     against: str = "against the original"  # what the file is checked against, in words (lab 7: the gates it runs)
+    # What a step's time is: "wall_time" (the checker's clock) or "cpu_time" (the CPU seconds of the run's
+    # processes and threads, read from /proc), per the lab's [timing] on the device
+    figure: str = "wall_time"
+    # Turns at the machine (``slots``): seconds waited for a slot, never measured, and the most rounds ahead
+    waited_s: float = 0.0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Report":

@@ -46,19 +46,21 @@ def _name(raw_name: str) -> str:
     return STEP if raw_name.startswith("ProfilerStep#") else raw_name
 
 
-def table(trace: Trace, *, per_step: bool = False) -> list[Row]:
-    """The operator table of ``trace``, sorted by self CPU time, largest first."""
+def _events(trace: Trace) -> tuple[list[dict], list[tuple[str, int, list[float], float]]]:
+    """The host events inside the profiled steps, and for each (in order): its name, the step it falls
+    in, its self time (a one-item list, filled in as its children are met) and its whole time."""
     steps = trace.steps
-    inside = [e for e in trace.raw.get("traceEvents", [])
-              if e.get("ph") == "X" and "ts" in e and "name" in e and e.get("cat") in HOST_CATEGORIES
-              and any(s.ts <= float(e["ts"]) < s.end for s in steps)]
-    inside.sort(key=lambda e: (str(e.get("pid")), str(e.get("tid")), float(e["ts"]), -float(e.get("dur", 0.0))))
-    calls: dict[str, int] = defaultdict(int)
-    total: dict[str, float] = defaultdict(float)
-    own: dict[str, float] = defaultdict(float)
+    inside = []
+    for e in trace.raw.get("traceEvents", []):
+        if e.get("ph") == "X" and "ts" in e and "name" in e and e.get("cat") in HOST_CATEGORIES:
+            at = next((i for i, s in enumerate(steps) if s.ts <= float(e["ts"]) < s.end), None)
+            if at is not None:
+                inside.append((e, at))
+    inside.sort(key=lambda x: (str(x[0].get("pid")), str(x[0].get("tid")), float(x[0]["ts"]),
+                               -float(x[0].get("dur", 0.0))))
     stack: list[tuple[tuple[str, str], float, list[float]]] = []  # (thread, end, [its self time])
-    selves: list[tuple[str, list[float]]] = []
-    for e in inside:
+    selves = []
+    for e, at in inside:
         thread, ts, dur = (str(e.get("pid")), str(e.get("tid"))), float(e["ts"]), float(e.get("dur", 0.0))
         while stack and (stack[-1][0] != thread or ts >= stack[-1][1]):
             stack.pop()
@@ -66,17 +68,35 @@ def table(trace: Trace, *, per_step: bool = False) -> list[Row]:
             stack[-1][2][0] -= dur  # time of a direct child is not its parent's own
         mine = [dur]
         stack.append((thread, ts + dur, mine))
-        name = _name(e["name"])
+        selves.append((_name(e["name"]), at, mine, dur))
+    return [e for e, _ in inside], selves
+
+
+def table(trace: Trace, *, per_step: bool = False) -> list[Row]:
+    """The operator table of ``trace``, sorted by self CPU time, largest first."""
+    inside, selves = _events(trace)
+    calls: dict[str, int] = defaultdict(int)
+    total: dict[str, float] = defaultdict(float)
+    own: dict[str, float] = defaultdict(float)
+    for name, _, mine, dur in selves:
         calls[name] += 1
         total[name] += dur
-        selves.append((name, mine))
-    for name, mine in selves:
         own[name] += max(0.0, mine[0])
     device = _device_time(inside, trace.raw.get("traceEvents", []))
+    steps = trace.steps
     n = len(steps) if per_step and steps else 1
     rows = [Row(name, calls[name] / n, own[name] / n, total[name] / n, device.get(name, 0.0) / n) for name in calls]
     rows.sort(key=lambda r: (-r.self_cpu_us, r.name))
     return rows
+
+
+def self_per_step(trace: Trace) -> dict[str, list[float]]:
+    """Each name's self time in every profiled step, in µs (the DataLoader's wait under one name)."""
+    steps = len(trace.steps)
+    found: dict[str, list[float]] = {}
+    for name, at, mine, _ in _events(trace)[1]:
+        found.setdefault(diff_name(name), [0.0] * steps)[at] += max(0.0, mine[0])
+    return found
 
 
 def _device_time(host: list[dict], events: list[dict]) -> dict[str, float]:
@@ -157,12 +177,20 @@ def _by_diff_name(rows: list[Row]) -> dict[str, Row]:
     return merged
 
 
-def diff(before: Trace, after: Trace) -> list[Change]:
+def diff(before: Trace, after: Trace, noise: float = 0.0) -> list[Change]:
     """Per step, what moved from ``before`` to ``after``: every name, largest move in self time first
-    (the DataLoader's wait matched under one name, whichever iterator each version used)."""
+    (the DataLoader's wait matched under one name, whichever iterator each version used).
+
+    A name called as often in both whose self time moved no more than the noise counts as the same:
+    within ``SAME_SHARE`` of the step (or 5 µs); within twice ``noise`` (the run-to-run variation the
+    caller measured, as a share) of its own time; or within what its time varies from step to step in
+    the two runs (a 95% interval of the difference of the means). Two runs of one file then show
+    nothing moved, on a busy machine too; a name called a different number of times always moved.
+    """
     a = _by_diff_name(table(before, per_step=True))
     b = _by_diff_name(table(after, per_step=True))
     step_us = a[STEP].cpu_total_us if STEP in a else 1.0
+    steps_a = steps_b = None
     changes = []
     for name in a.keys() | b.keys():
         old, new = a.get(name), b.get(name)
@@ -172,7 +200,13 @@ def diff(before: Trace, after: Trace) -> list[Change]:
             status = "removed"
         else:
             delta = new.self_cpu_us - old.self_cpu_us
-            if abs(delta) < max(5.0, SAME_SHARE * step_us) and old.calls == new.calls:
+            same = old.calls == new.calls and (abs(delta) < max(5.0, SAME_SHARE * step_us)
+                                               or abs(delta) <= 2 * noise * old.self_cpu_us)
+            if not same and old.calls == new.calls:
+                if steps_a is None:
+                    steps_a, steps_b = self_per_step(before), self_per_step(after)
+                same = _within_step_noise(steps_a.get(name, []), steps_b.get(name, []), delta)
+            if same:
                 status = "same"
             else:
                 status = "grown" if delta > 0 or (delta == 0 and new.calls > old.calls) else "shrunk"
@@ -180,3 +214,20 @@ def diff(before: Trace, after: Trace) -> list[Change]:
     changes.sort(key=lambda c: (-abs(c.self_delta_us), c.name))
     return changes
 
+
+
+def _variance(xs: list[float]) -> float:
+    mean = sum(xs) / len(xs)
+    return sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
+
+
+def _within_step_noise(a: list[float], b: list[float], delta: float) -> bool:
+    """Whether a move of ``delta`` in the mean is within the 95% interval its per-step times allow."""
+    import math
+
+    from .stats import t95
+
+    if len(a) < 2 or len(b) < 2:
+        return False
+    se = math.sqrt(_variance(a) / len(a) + _variance(b) / len(b))
+    return abs(delta) <= t95(min(len(a), len(b)) - 1) * se

@@ -116,3 +116,18 @@ def compare(original: Sequence[float], learner: Sequence[float]) -> Comparison:
         noise=max(relative_noise(original), relative_noise(learner)),
         rounds=len(ratios),
     )
+
+
+def ratio_interval(before: Sequence[float], after: Sequence[float], level: float = 0.95,
+                   draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A bootstrap interval of median(before) / median(after), from two runs' step times (unpaired):
+    each run's steps resampled ``draws`` times (a fixed seed: the same figures give the same interval)."""
+    import random
+
+    if not before or not after:
+        raise ValueError("a ratio of no values")
+    rng = random.Random(seed)
+    ratios = sorted(median(rng.choices(before, k=len(before))) / max(median(rng.choices(after, k=len(after))), 1e-12)
+                    for _ in range(draws))
+    tail = (1.0 - level) / 2
+    return quantile(ratios, tail), quantile(ratios, 1.0 - tail)

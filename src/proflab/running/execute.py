@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import errors, labs, paths, quiet
-from . import compile_headers, forkserver, memory, processes, sandbox, storage, torchrun
+from . import compile_headers, forkserver, memory, processes, sandbox, slots, storage, torchrun
 
 OUTPUT_TAIL_CHARS = 4000
 POLL_S = 0.25  # how often a running lab's memory is looked at
@@ -87,6 +87,7 @@ class Marks:
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)  # at "S" and "E": CPU seconds per thread/process
     wall: dict[str, float] = field(default_factory=dict)  # the wall clock (time.time) at "B" and "E"
     busy: list[float] = field(default_factory=list)  # at each "C" and "c": CPU seconds the whole run had used
+    total: dict[str, float] = field(default_factory=dict)  # at "B", the first "W", "S" and "E": the run's CPU seconds
 
     def times(self, code: str) -> list[float]:
         return [t for c, t in self.stamps if c == code]
@@ -492,6 +493,8 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
                     break
                 if now >= next_scan:  # scanning every process on the machine costs: less often
                     members = tree.scan()
+                    child["members"] = members
+                    slots.pin(members)
                     next_scan = now + POLL_S
                     if watch is not None:
                         watch.members = members
@@ -693,10 +696,13 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
                 while len(digest) < 64 and (more := pipe.read(64 - len(digest))):
                     digest += more
                 marks.trace_sha256 = digest.decode("latin-1") if marks.trace_sha256 is None else "twice"
-            elif code in ("S", "E") and "tree" in child:
+            if code in ("B", "W", "S", "E") and code not in marks.total and "tree" in child:
+                # read at once, from the processes last scanned (a scan of every process takes longer)
+                marks.total[code] = run_cpu_s(child["tree"], child.get("members"))
+            if code in ("S", "E") and "tree" in child:
                 marks.cpu[code] = _cpu_by_task(child["tree"])
-            elif code in ("C", "c"):
-                marks.busy.append(_tree_cpu_s(child["tree"]) if "tree" in child else 0.0)
+            if code in ("C", "c"):
+                marks.busy.append(run_cpu_s(child["tree"]) if "tree" in child else 0.0)
             if code in ("B", "E"):
                 marks.wall.setdefault(code, time.time())
             marks.stamps.append((code, now))
@@ -761,6 +767,15 @@ def _compiling_s(marks: Marks, start: float, end: float, reads=None) -> float:
     return credited
 
 
+def _compiling_cpu_s(marks: Marks, start: float, end: float) -> float:
+    """CPU seconds the run used while compiling between ``start`` and ``end`` (torch.compile, marked)."""
+    opened, closed = marks.times("C"), marks.times("c")
+    if len(marks.busy) != len(opened) + len(closed):
+        return 0.0
+    return sum(max(0.0, marks.busy[2 * i + 1] - marks.busy[2 * i])
+               for i, (a, b) in enumerate(zip(opened, closed)) if a >= start and b <= end)
+
+
 def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], background_allowed: bool,
                   reads=None) -> None:
     """Replace the run's own timings by the checker's stamps; fail a run whose marks or clock disagree.
@@ -797,6 +812,14 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
     r["mean_step_s"] = outside / max(spec["timed_steps"], 1)
     r["span_s"] = end - begin  # from the first warm-up step to the end of the timed window
     r["compile_s"] = _compiling_s(marks, begin, start, reads)
+    if {"B", "W", "S", "E"} <= marks.total.keys() or ({"B", "S", "E"} <= marks.total.keys()
+                                                     and not spec["warmup_steps"]):
+        total = marks.total
+        r["cpu_span_s"] = total["E"] - total["B"]  # what the checker's /proc says the run used, B to E
+        r["cpu_window_s"] = total["E"] - total["S"]
+        r["cpu_compile_s"] = _compiling_cpu_s(marks, begin, start)
+        first_cpu = total.get("W", total["S"]) - total["B"]
+        r["first_step_cpu_s"] = max(0.0, first_cpu - _compiling_cpu_s(marks, begin, first_end))
     r["compile_marked_s"] = sum(max(0.0, min(b, start) - max(a, begin))
                                 for a, b in zip(marks.times("C"), marks.times("c")))
     r["first_step_s"] = max(0.0, (first_end - begin) - _compiling_s(marks, begin, first_end, reads))
@@ -913,6 +936,34 @@ def _cpu_s(stat_path: str, waited_for: bool = False) -> float | None:
         return sum(int(f) for f in fields[11:15 if waited_for else 13]) / tick
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _precise_cpu_s(pid: int) -> float:
+    """A process's CPU seconds: its live threads' run time from the scheduler (``schedstat``, in ns), or,
+    where threads have exited since (their time is only in the process's own figure, in clock ticks), that
+    figure when it is larger; and the children it has waited for. 0 when it is gone."""
+    ticks = _cpu_s(f"/proc/{pid}/stat") or 0.0
+    waited = (_cpu_s(f"/proc/{pid}/stat", waited_for=True) or 0.0) - ticks
+    live = 0.0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                live += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0]) / 1e9
+            except (OSError, ValueError, IndexError):
+                pass
+    except OSError:
+        pass
+    return max(live, ticks) + max(0.0, waited)
+
+
+def run_cpu_s(tree: processes.Tree, members: list[int] | None = None) -> float:
+    """CPU seconds the whole run has used so far, read from /proc, never reported by it: every process
+    of its tree (``_precise_cpu_s``), and, in a sandbox, what the sandbox's first process and the fork
+    server have reaped of it (an orphan that ended counts there)."""
+    total = sum(_precise_cpu_s(pid) for pid in (members if members else tree.scan()))
+    for pid in getattr(tree, "leave_out", ()):
+        total += max(0.0, (_cpu_s(f"/proc/{pid}/stat", waited_for=True) or 0.0) - (_cpu_s(f"/proc/{pid}/stat") or 0.0))
+    return total
 
 
 def _tree_cpu_s(tree: processes.Tree) -> float:
