@@ -39,7 +39,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench_checks import spread  # this folder is on sys.path when the script runs
-from bench_noise import CALIBRATION_ORIGINAL, one_core_hogged
+from bench_busy import hogs
+from bench_noise import CALIBRATION_ORIGINAL
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,8 +72,9 @@ def gate(cwd: Path, *args: str) -> tuple[int, dict, float]:
 def _row(code: int, report: dict, took: float) -> str:
     s = report.get("slowdown") or {}
     rounds = (report.get("comparison") or {}).get("rounds", 0)
+    changed = ", ".join(f"{c['name']} {c['status']}" for c in report.get("changes") or []) or "nothing"
     return (f"exit {code}: {s.get('median', 0):.3f}× ({s.get('low', 0):.3f}–{s.get('high', 0):.3f}), "
-            f"{rounds} rounds, {took:.0f} s")
+            f"{rounds} rounds, {took:.0f} s, {report.get('figure', 'wall_time')}; what changed: {changed}")
 
 
 def false_alarms(root: Path, repeats: int, max_slowdown: float, candidate: str) -> dict:
@@ -90,11 +92,12 @@ def false_alarms(root: Path, repeats: int, max_slowdown: float, candidate: str) 
         (cwd / "baseline.py").write_text(CALIBRATION_ORIGINAL)
         (cwd / "candidate.py").write_text(CALIBRATION_ORIGINAL)
         args, what = [], "a steady step (matrix products) against its copy"
-    codes, slowdowns, rounds, times = [], [], [], []
+    codes, slowdowns, rounds, times, listed = [], [], [], [], []
     for i in range(repeats):
         code, report, took = gate(cwd, *args, "--max-slowdown", str(max_slowdown))
         print(f"  identical {i + 1}/{repeats}: {_row(code, report, took)}", flush=True)
         codes.append(code)
+        listed.append(len(report.get("changes") or []))
         slowdowns.append((report.get("slowdown") or {}).get("median", 0.0))
         rounds.append((report.get("comparison") or {}).get("rounds", 0))
         times.append(took)
@@ -102,11 +105,13 @@ def false_alarms(root: Path, repeats: int, max_slowdown: float, candidate: str) 
           f"time |\n|---|---|---|---|---|---|---|---|\n| {what}, max_slowdown "
           f"{max_slowdown:g} | {repeats} | {codes.count(0)} | {codes.count(1)} | {codes.count(4)} | "
           f"{spread(slowdowns)} | {spread(rounds)} | {spread(times)} s |", flush=True)
+    print(f"\n'What changed' listed something for {sum(1 for n in listed if n)} of {repeats} identical pairs",
+          flush=True)
     return {"candidate": candidate, "max_slowdown": max_slowdown, "codes": codes, "slowdowns": slowdowns,
-            "rounds": rounds, "times": times}
+            "rounds": rounds, "times": times, "changes_listed": listed}
 
 
-def resolution(root: Path, repeats: int, slowdowns: list[float]) -> dict:
+def resolution(root: Path, repeats: int, slowdowns: list[float], limit: float = 1.001) -> dict:
     project = root / "project"
     project.mkdir()
     (project / "pyproject.toml").write_text(SETTINGS)
@@ -119,7 +124,7 @@ def resolution(root: Path, repeats: int, slowdowns: list[float]) -> dict:
         (project / "candidate.py").write_text(SLOWER.replace("SLOWDOWN", repr(slowdown)))
         codes, measured = [], []
         for i in range(repeats):
-            code, report, took = gate(project, "--max-slowdown", "1.001")
+            code, report, took = gate(project, "--max-slowdown", str(limit))
             print(f"  {slowdown:.2f}× {i + 1}/{repeats}: {_row(code, report, took)}", flush=True)
             codes.append(code)
             measured.append((report.get("slowdown") or {}).get("median", 0.0))
@@ -143,7 +148,10 @@ def main() -> None:
     parser.add_argument("--candidate", choices=("lab1", "steady"), default="lab1",
                         help="with --false-alarms: what is gated against its copy")
     parser.add_argument("--slowdowns", nargs="+", type=float, default=[1.05, 1.10, 1.20, 1.30])
-    parser.add_argument("--no-hog", action="store_true", help="measure on a quiet machine")
+    parser.add_argument("--hogs", type=int, default=1, help="busy loops beside the gates (0: a quiet machine)")
+    parser.add_argument("--measure", choices=("wall_time", "cpu_time"), help="the steady step's gate setting")
+    parser.add_argument("--resolution-limit", type=float, default=1.001,
+                        help="with --resolution: the max_slowdown the slower candidates are gated at")
     parser.add_argument("--json-out")
     args = parser.parse_args()
     if not (args.false_alarms or args.resolution):
@@ -153,17 +161,20 @@ def main() -> None:
     shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
     os.environ["PROFLAB_ROOT"] = str(root)
     subprocess.run([sys.executable, "-m", "proflab", "data"], cwd=root, capture_output=True)
-    load = "quiet machine" if args.no_hog else "one core hogged by a busy loop"
+    load = "quiet machine" if not args.hogs else f"{args.hogs} busy loop(s) beside"
+    global SETTINGS
+    if args.measure:
+        SETTINGS = SETTINGS.replace("threads = 1\n", f'threads = 1\nmeasure = "{args.measure}"\n')
     print(f"# proflab gate under noise — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; {load}\n",
           flush=True)
     figures = {}
     try:
-        with one_core_hogged(not args.no_hog):
+        with hogs(args.hogs):
             if args.false_alarms:
                 figures["false_alarms"] = false_alarms(root, args.repeats, args.max_slowdown, args.candidate)
             if args.resolution:
-                figures["resolution"] = resolution(root, args.repeats, args.slowdowns)
+                figures["resolution"] = resolution(root, args.repeats, args.slowdowns, args.resolution_limit)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.json_out:

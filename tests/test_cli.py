@@ -191,3 +191,19 @@ def test_quickstart_prepares_data_grades_the_reference_and_says_where_to_look(fr
     assert not (fresh_kit.root / ".proflab" / "progress.json").exists() or \
         "dataloader" not in json.loads((fresh_kit.root / ".proflab" / "progress.json").read_text())["labs"], \
         "grading the reference is not the learner's progress"
+
+
+def test_run_shows_the_spread_of_its_steps_and_how_it_compares_with_the_originals_last_run(fresh_kit):
+    """`proflab run` gives the step time with its spread, the CPU time read from outside, and, after a
+    run of the original, whether the difference is beyond the noise of the two runs."""
+    first = fresh_kit.run("run", "2", "--version", "solution")
+    assert first.returncode == 0, first.stderr
+    assert "half of the steps within" in first.stdout and "CPU time of the run's processes" in first.stdout
+    assert "To compare: proflab run embeddings --version original" in first.stdout
+    original = fresh_kit.run("run", "2", "--version", "original")
+    assert original.returncode == 0, original.stderr
+    assert "Against the original" not in original.stdout
+    again = fresh_kit.run("run", "2", "--version", "solution")
+    assert again.returncode == 0, again.stderr
+    said = next(line for line in again.stdout.splitlines() if line.startswith("Against the original's last run"))
+    assert "the original's speed" in said and "beyond the noise of the two runs" in said, again.stdout

@@ -687,7 +687,7 @@ def cmd_grade(args) -> int:
 
 GATE_SETTINGS = ("file", "baseline", "against", "lab", "batch_size", "seed", "data_dir", "warmup_steps",
                  "timed_steps", "profile_steps", "rounds", "max_rounds", "budget_s", "timeout_s", "max_slowdown",
-                 "device", "threads", "trace_dir")
+                 "device", "threads", "trace_dir", "measure")
 
 
 def _param(text: str) -> tuple[str, object]:
@@ -925,6 +925,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="report values that differ between the versions without failing the gate")
     sp.add_argument("--trace-dir", dest="trace_dir", metavar="DIR",
                     help="where both traces are kept (default runs/gate)")
+    sp.add_argument("--measure", choices=("wall_time", "cpu_time"),
+                    help="what a step's time is: the clock, or the CPU seconds of the run's processes and "
+                         "threads from /proc, steady beside other jobs (default: the lab's, else wall_time)")
     sp.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     sp.add_argument("--json-out", metavar="PATH", help="also write the JSON report to this file")
     sp.add_argument("--junit", metavar="PATH", help="also write a JUnit XML report to this file")

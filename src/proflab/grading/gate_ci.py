@@ -24,6 +24,18 @@ def _lines(lines: list[str], prefix: str) -> str:
     return "\n".join(prefix + line for line in lines)
 
 
+# A hosted runner is a shared machine: its neighbours move the clock by about 3% from run to run. What
+# the job file says about the settings that hold there.
+RUNNER_ADVICE = """#
+# On a shared runner: a step that is CPU work (your model's operators on the CPU) is best timed in
+# CPU time, which the runner's neighbours barely move: measure = "cpu_time"; keep the clock
+# (measure = "wall_time", the default) where waiting is the point (data loading, a device, a peer).
+# To pick max_slowdown: gate the branch against itself here (`proflab gate FILE --baseline FILE`)
+# and read the report's noise (±N%) and interval: a max_slowdown of 1 + 3N (1.10 for a runner's
+# usual 3%) is seldom too noisy to call, and the smallest slowdown worth failing a pull request for
+# should sit above it."""
+
+
 def gate_command(base: str, file: str | None) -> str:
     target = f"{file} " if file else ""
     return f'proflab gate {target}--against "{base}" --junit {JUNIT} --json-out {REPORT}'
@@ -32,6 +44,7 @@ def gate_command(base: str, file: str | None) -> str:
 def github(install: list[str], file: str | None = None, trace_dir: str = "runs/gate") -> str:
     return f"""# Written by `proflab gate --init-ci github`: gates every pull request against the branch it
 # goes into, with the settings in pyproject.toml's [tool.proflab.gate].
+{RUNNER_ADVICE}
 name: proflab gate
 on:
   pull_request:
@@ -69,6 +82,7 @@ jobs:
 def gitlab(install: list[str], file: str | None = None, trace_dir: str = "runs/gate") -> str:
     return f"""# Written by `proflab gate --init-ci gitlab`: gates every merge request against the branch it
 # goes into, with the settings in pyproject.toml's [tool.proflab.gate].
+{RUNNER_ADVICE}
 proflab-gate:
   image: python:3.11
   rules:

@@ -64,15 +64,20 @@ def current() -> Slot | None:
 def folder() -> Path:
     """The machine's slot folder, shared by every user (sticky and writable by all, as /tmp is)."""
     given = os.environ.get(FOLDER_ENV)
-    path = Path(given) if given else Path(tempfile.gettempdir()) / "proflab-slots"
-    for sub in (path, path / "queue"):
+    shared = Path(given) if given else Path(tempfile.gettempdir()) / "proflab-slots"
+    # where the shared folder cannot be used (made by another user without room for others), one of this
+    # user's own: its checks still take turns with each other
+    for path in (shared, shared.with_name(f"{shared.name}-{os.geteuid()}")):
         try:
-            sub.mkdir(exist_ok=True)
-            if sub.stat().st_uid == os.geteuid():
-                os.chmod(sub, 0o1777)
+            for sub in (path, path / "queue"):
+                sub.mkdir(exist_ok=True)
+                if sub.stat().st_uid == os.geteuid():
+                    os.chmod(sub, 0o1777)
+            if os.access(path, os.W_OK | os.X_OK) and os.access(path / "queue", os.W_OK | os.X_OK):
+                return path
         except OSError:
-            pass
-    return path
+            continue
+    raise OSError(f"no folder for turns at the machine: {shared} cannot be made or written")
 
 
 def cores_per_slot() -> int:
@@ -94,7 +99,7 @@ def layout() -> list[tuple[int, ...] | None]:
 
 def _open_shared(path: Path) -> int:
     """A lock file every user can open (created readable and writable by all)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # flock needs no write access: any user opens it
     try:
         if os.fstat(fd).st_uid == os.geteuid():
             os.fchmod(fd, 0o666)
@@ -141,7 +146,12 @@ def turn(on_wait: Callable[[str], None] = lambda message: None) -> Iterator[Slot
     if held is not None:  # a turn inside a turn: the outer one's slot, and no wait
         yield Slot(held.index, held.cores)
         return
-    base = folder()
+    try:
+        base = folder()
+    except OSError as e:
+        from .. import errors
+
+        raise errors.KitError(f"{e}; set PROFLAB_SLOTS to a folder every user of the machine can write") from None
     cores = layout()
     started = time.perf_counter()
     ticket = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}"
