@@ -343,7 +343,8 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
     while True:
         round_no += 1
         order = ("learner", "original") if round_no % 2 else ("original", "learner")
-        # the round's runs in one turn at the machine: no other proflab measures on these cores meanwhile
+        # the round in one turn at the machine, its runs and the reading of their results: no other
+        # proflab measures, or reads a trace, on these cores meanwhile
         with slots.turn(on_progress) as slot:
             report.waited_s += slot.waited_s
             for which in order:
@@ -377,64 +378,64 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                         report.traceback = outcome.result.get("traceback", "") or outcome.stderr
                         return
                     originals.append(outcome)
-        report.device = device
+            report.device = device
 
-        for index in range(len(report.timings["learner"]), len(learners)):
-            run = learners[index]
-            diff = differs(lab, originals[index], run)  # the original's run on the same round's inputs
-            unread = (run.result.get("storage") or {}).get("unread")
-            if diff is not None or unread:
-                runs.passed(f"{Path(file).name} ran all {lab.workload.total_steps} steps",
-                            actual=f"{run.result['steps_done']} steps in {run.wall_s:.1f} s")
-                if diff is not None:
-                    same.failed(diff.message, "the original's values, step by step", f"step {diff.step} differs",
-                                diff.hint or where_to_look(lab))
+            for index in range(len(report.timings["learner"]), len(learners)):
+                run = learners[index]
+                diff = differs(lab, originals[index], run)  # the original's run on the same round's inputs
+                unread = (run.result.get("storage") or {}).get("unread")
+                if diff is not None or unread:
+                    runs.passed(f"{Path(file).name} ran all {lab.workload.total_steps} steps",
+                                actual=f"{run.result['steps_done']} steps in {run.wall_s:.1f} s")
+                    if diff is not None:
+                        same.failed(diff.message, "the original's values, step by step", f"step {diff.step} differs",
+                                    diff.hint or where_to_look(lab))
+                    else:
+                        same.failed(unread, "every sample read from the lab's storage", "samples that did not "
+                                    "come from storage", "read every sample through the lab's dataset (PhotoDataset): "
+                                    "make the reads overlap (DataLoader workers, threads), not disappear")
+                    report.verdict = FAILED
+                    return
+                for compared in (run, originals[index]):  # the checker's memory does not grow with every run's values
+                    compared.result.pop("results", None)
+                    compared.result.pop("rank_results", None)
+            report.figure = figure_of(lab, device, originals + learners)
+            allowance = first_step_allowance(lab, originals, report.figure)
+            first_key = "first_step_cpu_s" if report.figure == "cpu_time" else "first_step_s"
+            report.timings["original"] = [counted_step_s(o, allowance, report.figure) for o in originals]
+            report.timings["learner"] = [counted_step_s(o, allowance, report.figure) for o in learners]
+            report.first_step = {"allowance_s": allowance, **{
+                which: stats.median([float(o.result.get(first_key, 0.0)) for o in runs_of])
+                for which, runs_of in (("original_s", originals), ("learner_s", learners))}}
+            report.step_times["original"] = [t for o in originals for t in o.result["step_times"]]
+            report.step_times["learner"] = [t for o in learners for t in o.result["step_times"]]
+            if lab.leaner:
+                margin.record_peaks(report, originals, learners)
+
+            if round_no == 1:
+                runs.passed(f"{Path(file).name} ran all {lab.workload.total_steps} steps on {report.device}",
+                            actual=f"{learners[0].result['steps_done']} steps")
+                same.passed(f"all {lab.workload.total_steps} steps match the original "
+                            f"({', '.join(r.key for r in lab.results)})",
+                            expected="the original's values", actual="equal within tolerance")
+                if lab.profiling is not None:
+                    proven = bottleneck.own_profile(lab, report, proof, learners[0], loaded)
                 else:
-                    same.failed(unread, "every sample read from the lab's storage", "samples that did not "
-                                "come from storage", "read every sample through the lab's dataset (PhotoDataset): "
-                                "make the reads overlap (DataLoader workers, threads), not disappear")
-                report.verdict = FAILED
-                return
-            for compared in (run, originals[index]):  # the checker's memory does not grow with every run's values
-                compared.result.pop("results", None)
-                compared.result.pop("rank_results", None)
-        report.figure = figure_of(lab, device, originals + learners)
-        allowance = first_step_allowance(lab, originals, report.figure)
-        first_key = "first_step_cpu_s" if report.figure == "cpu_time" else "first_step_s"
-        report.timings["original"] = [counted_step_s(o, allowance, report.figure) for o in originals]
-        report.timings["learner"] = [counted_step_s(o, allowance, report.figure) for o in learners]
-        report.first_step = {"allowance_s": allowance, **{
-            which: stats.median([float(o.result.get(first_key, 0.0)) for o in runs_of])
-            for which, runs_of in (("original_s", originals), ("learner_s", learners))}}
-        report.step_times["original"] = [t for o in originals for t in o.result["step_times"]]
-        report.step_times["learner"] = [t for o in learners for t in o.result["step_times"]]
-        if lab.leaner:
-            margin.record_peaks(report, originals, learners)
-
-        if round_no == 1:
-            runs.passed(f"{Path(file).name} ran all {lab.workload.total_steps} steps on {report.device}",
-                        actual=f"{learners[0].result['steps_done']} steps")
-            same.passed(f"all {lab.workload.total_steps} steps match the original "
-                        f"({', '.join(r.key for r in lab.results)})",
-                        expected="the original's values", actual="equal within tolerance")
-            if lab.profiling is not None:
-                proven = bottleneck.own_profile(lab, report, proof, learners[0], loaded)
-            else:
-                proven = bottleneck.evidence_holds(lab, report, proof, learners[0], loaded, file, same)
-            loaded.clear()  # the traces' events are not needed after this
-            if not proven:
-                report.verdict = FAILED
-                return
-            if unchanged:
-                report.verdict = "error"
-                report.error = (f"the lab's original passes its own check ({proof.title}): the lab cannot tell "
-                                "a fix from no change here")
-                return
-        if round_no >= rounds:
-            measured_s = time.perf_counter() - measuring_since - report.waited_s  # waiting for turns is not counted
-            report.stopped = _stop_reason(lab, report, round_no, measured_s)
-            if report.stopped:
-                break
+                    proven = bottleneck.evidence_holds(lab, report, proof, learners[0], loaded, file, same)
+                loaded.clear()  # the traces' events are not needed after this
+                if not proven:
+                    report.verdict = FAILED
+                    return
+                if unchanged:
+                    report.verdict = "error"
+                    report.error = (f"the lab's original passes its own check ({proof.title}): the lab cannot tell "
+                                    "a fix from no change here")
+                    return
+            if round_no >= rounds:
+                measured_s = time.perf_counter() - measuring_since - report.waited_s  # waiting for turns is not counted
+                report.stopped = _stop_reason(lab, report, round_no, measured_s)
+                if report.stopped:
+                    break
 
     margin.grade(lab, report, faster, file)
     report.verdict = {PASSED: PASSED, FAILED: FAILED}.get(faster.status, INCONCLUSIVE)

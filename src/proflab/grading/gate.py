@@ -266,7 +266,7 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
     moved: list[operators.Change] = []
     while True:
         round_no += 1
-        with slots.turn(on_progress) as slot:  # the round's runs in one turn at the machine
+        with slots.turn(on_progress) as slot:  # the round in one turn at the machine: its runs, and reading them
             report.waited_s += slot.waited_s
             for which in (("candidate", "baseline") if round_no % 2 else ("baseline", "candidate")):
                 outcome = run_one(which, round_no)
@@ -312,41 +312,41 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
                         outcome.result.pop("results")
                         outcome.result.pop("rank_results", None)
                 done[which].append(outcome)
-        report.device = device
+            report.device = device
 
-        for run in done["candidate"][len(report.timings["candidate"]):]:
-            diff = checks.differs(lab, done["baseline"][0], run)
-            if diff is not None and not report.different:
-                if not s.allow_different_results:
-                    runs.passed(f"{name} ran all {lab.workload.total_steps} steps")
-                    same.failed(diff.message, "the baseline's values, step by step", f"step {diff.step} differs",
-                                _different_help(diff))
-                    report.verdict = FAILED
-                    return
-                report.different = diff.message
-            run.result.pop("results")
-            run.result.pop("rank_results", None)
-        report.figure = checks.figure_of(lab, device, done["baseline"] + done["candidate"], s.measure)
-        allowance = checks.first_step_allowance(lab, done["baseline"], report.figure)
-        for which in VERSIONS:
-            report.timings[which] = [checks.counted_step_s(o, allowance, report.figure) for o in done[which]]
+            for run in done["candidate"][len(report.timings["candidate"]):]:
+                diff = checks.differs(lab, done["baseline"][0], run)
+                if diff is not None and not report.different:
+                    if not s.allow_different_results:
+                        runs.passed(f"{name} ran all {lab.workload.total_steps} steps")
+                        same.failed(diff.message, "the baseline's values, step by step", f"step {diff.step} differs",
+                                    _different_help(diff))
+                        report.verdict = FAILED
+                        return
+                    report.different = diff.message
+                run.result.pop("results")
+                run.result.pop("rank_results", None)
+            report.figure = checks.figure_of(lab, device, done["baseline"] + done["candidate"], s.measure)
+            allowance = checks.first_step_allowance(lab, done["baseline"], report.figure)
+            for which in VERSIONS:
+                report.timings[which] = [checks.counted_step_s(o, allowance, report.figure) for o in done[which]]
 
-        if round_no == 1:
-            runs.passed(f"{name} ran all {lab.workload.total_steps} steps on {device}",
-                        actual=f"{done['candidate'][0].result['steps_done']} steps")
-            if report.different:
-                same.passed(f"values differ, as allowed (--allow-different-results): {report.different}",
-                            "the baseline's values", "different, allowed")
-            else:
-                same.passed(f"all {lab.workload.total_steps} steps yield the baseline's values "
-                            f"({', '.join(r.key for r in lab.results) or 'nothing yielded'})",
-                            "the baseline's values", "equal within tolerance")
-            moved = _what_changed(report, loaded)
-            loaded.clear()
-        if round_no >= rounds:
-            report.stopped = _stop_reason(lab, report, round_no, time.perf_counter() - since - report.waited_s)
-            if report.stopped:
-                break
+            if round_no == 1:
+                runs.passed(f"{name} ran all {lab.workload.total_steps} steps on {device}",
+                            actual=f"{done['candidate'][0].result['steps_done']} steps")
+                if report.different:
+                    same.passed(f"values differ, as allowed (--allow-different-results): {report.different}",
+                                "the baseline's values", "different, allowed")
+                else:
+                    same.passed(f"all {lab.workload.total_steps} steps yield the baseline's values "
+                                f"({', '.join(r.key for r in lab.results) or 'nothing yielded'})",
+                                "the baseline's values", "equal within tolerance")
+                moved = _what_changed(report, loaded)
+                loaded.clear()
+            if round_no >= rounds:
+                report.stopped = _stop_reason(lab, report, round_no, time.perf_counter() - since - report.waited_s)
+                if report.stopped:
+                    break
     report.latency = {which: {"median_ms": 1000 * stats.median(t), "p95_ms": 1000 * stats.quantile(t, 0.95)}
                       for which, t in ((v, [x for o in done[v] for x in o.result["step_times"]]) for v in VERSIONS)}
     _changes(report, moved, _comparison(report).noise)
