@@ -213,6 +213,8 @@ def _prepare(s: Settings, work: Path, report: GateReport) -> Gate:
 def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, data: Path | None,
              preload: tuple[str, ...]) -> None:
     lab, s = gate.lab, gate.settings
+    if s.measure:  # the settings' figure on every device: the runs read their CPU time as a check's would
+        lab = replace(lab, timing={"cpu": s.measure, "cuda": s.measure})
     runs, same, regression = (report.check(n) for n, *_ in CHECKS)
     name = Path(s.file).name
     try:

@@ -225,6 +225,8 @@ def run(
         "file": str(file.resolve()),
         "shown_as": str(shown_as.resolve()) if shown_as else None,
         "device": device,
+        # the run stops itself at the marks its CPU time is read at, where that time is the lab's figure
+        "cpu_figure": lab.figure(_likely_device(device)) == "cpu_time",
         "batch_size": w.batch_size,
         "seed": w.seed if seed is None else seed,
         "threads": w.threads,
@@ -447,6 +449,8 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
     nproc = int(spec.get("nproc") or 0)  # a torchrun job of nproc ranks, each marking through its FIFO
     read_end, write_end = os.pipe()
     spec["mark_fd"] = forkserver.MARK_FD if server is not None else write_end
+    # where the CPU time is the figure, the run stops itself until it is read (not a torchrun job's ranks)
+    spec["pause_marks"] = PAUSE_MARKS if spec.get("cpu_figure") and not nproc else ""
     marks = Marks()
     child: dict[str, processes.Tree] = {}
     try:
@@ -459,6 +463,7 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
         raise errors.KitError(errors.describe(e, "write")) from None
     result_path = Path(spec["result_path"])
     out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
+    child["pause"] = bool(spec["pause_marks"])
     readers = [threading.Thread(target=_read_marks, args=(read_end, marks, child), daemon=True)]
     rank_marks = [Marks() for _ in range(nproc)]  # a torchrun job's: every rank's, each from its FIFO
     ranks_read = [torchrun.reader(path, lambda fd, m=m: _read_marks(fd, m, child))
@@ -681,16 +686,63 @@ def _read_result(path: Path, returncode: int | None) -> dict[str, Any]:
     return result
 
 
+def _likely_device(device: str) -> str:
+    """The device a run asked for with ``device`` will use, as far as the checker can tell without torch."""
+    if device != "auto":
+        return device
+    return "cuda" if memory._nvml() is not None or shutil.which("nvidia-smi") else "cpu"
+
+
+PAUSE_MARKS = "BWSE"  # the marks after which the run stops itself until its CPU time is read (first time each)
+PAUSE_WAIT_S = 0.5  # how long the checker waits for a run to stop itself at such a mark
+TREE_WAIT_S = 2.0  # how long a mark may wait for the run's process tree to be known
+
+
+def _paused(child: dict, code: str, seen: set[str]) -> int | None:
+    """At a pausing mark (its first time), the run's own process once it has stopped itself (None for
+    another mark, or a process that is not found): read it, then continue it (``_resume``)."""
+    if code not in PAUSE_MARKS or code in seen:
+        return None
+    seen.add(code)
+    deadline = time.perf_counter() + TREE_WAIT_S
+    while "tree" not in child and time.perf_counter() < deadline:
+        time.sleep(0.001)
+    if "tree" not in child:
+        return None
+    pid = _run_process(child["tree"])
+    deadline = time.perf_counter() + PAUSE_WAIT_S
+    while time.perf_counter() < deadline:
+        info = processes.stat(pid)
+        if info is None or info[4] in ("T", "t", "Z", "X"):
+            break
+        time.sleep(0.0002)
+    return pid
+
+
+def _resume(pid: int | None) -> None:
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+
+
 def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
     """Stamp every mark the runner writes with this process's clock, until the pipe closes.
 
-    When the timed window opens and closes, the CPU time of every thread and
-    process of the run is read from /proc at once, from here.
+    At the first step's start and end, and when the timed window opens and
+    closes, the CPU time of every thread and process of the run is read from
+    /proc, from here, while the run waits stopped (``PAUSE_MARKS``); it is
+    continued once read, and the time it waited is left out of the stamps.
     """
+    seen: set[str] = set()
+    held = 0.0  # the time the run has waited stopped so far: left out of every later stamp
     with os.fdopen(fd, "rb", buffering=0) as pipe:
         while chunk := pipe.read(1):
-            now = time.perf_counter()
+            arrived = time.perf_counter()
+            now = arrived - held
             code = chunk.decode("latin-1")
+            stopped = _paused(child, code, seen) if child.get("pause") else None
             if code == "H":
                 digest = b""
                 while len(digest) < 64 and (more := pipe.read(64 - len(digest))):
@@ -706,6 +758,9 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
             if code in ("B", "E"):
                 marks.wall.setdefault(code, time.time())
             marks.stamps.append((code, now))
+            if stopped is not None:
+                _resume(stopped)
+                held += time.perf_counter() - arrived
 
 
 def _expected_marks(spec: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -37,7 +38,11 @@ _write = os.write
 _fstat = os.fstat
 
 
-def _marker(fd: int | None):
+_kill = os.kill
+_getpid = os.getpid
+
+
+def _marker(fd: int | None, pause: str = ""):
     """Tell the checker, through a pipe, where each step starts and ends.
 
     The checker stamps every mark with its own clock, in its own process, and
@@ -54,7 +59,15 @@ def _marker(fd: int | None):
     A run whose marks do not follow this order exactly is a failed run. A
     mark is only written to the pipe the checker gave: once that descriptor is
     closed, or holds another file, the marks stop (and the run fails).
+
+    After each mark in ``pause`` (its first time: B, the first W, S and E),
+    the process stops itself (SIGSTOP) until the checker, which reads the
+    run's CPU time from /proc at those marks, has read it and continues it
+    (SIGCONT): the figure then holds exactly the work between the marks,
+    however late a busy machine lets the checker read. A process that does
+    not stop only adds its own work after the mark to its figure.
     """
+    paused: set[bytes] = set()
     try:
         given = _fstat(fd) if fd is not None else None
     except OSError:
@@ -67,6 +80,9 @@ def _marker(fd: int | None):
             now = _fstat(fd)
             if (now.st_dev, now.st_ino) == (given.st_dev, given.st_ino):
                 _write(fd, code)
+                if code in pause.encode() and code not in paused:
+                    paused.add(code)
+                    _kill(_getpid(), signal.SIGSTOP)  # the checker reads this process's CPU, then continues it
         except OSError:
             pass
     return mark
@@ -291,7 +307,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
     for folder in reversed(spec.get("sys_path") or []):  # a gate's baseline at a revision: its project's modules
         sys.path.insert(0, folder)
-    mark = _marker(spec.get("mark_fd"))
+    mark = _marker(spec.get("mark_fd"), spec.get("pause_marks", ""))
     if spec.get("compile_marks"):
         _watch_compiling(mark)
     if spec.get("preimport"):
