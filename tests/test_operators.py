@@ -70,3 +70,18 @@ def test_a_move_within_the_rounds_noise_is_no_change_and_a_change_in_calls_alway
     assert moved(steps_trace([300] * 5), steps_trace([330] * 5), noise=0.06) == {}  # 10% within 2 × 6%
     assert moved(steps_trace([300] * 5), steps_trace([400] * 5), noise=0.06) == {"aten::mm": "grown"}
     assert moved(steps_trace([300] * 5), steps_trace([300] * 5, calls=2), noise=0.5) == {"aten::mm": "grown"}
+
+
+def test_a_profile_slowed_all_over_by_a_busy_machine_shows_no_change_but_the_operator_that_grew_does():
+    """A profile taken while a neighbour held the core: every operator 20% slower, the step too. Nothing
+    moved beyond the step. A real regression: aten::mm doubled, the relu the same: only aten::mm moved."""
+    def trace(mm, relu, step):
+        events = []
+        for i in range(5):
+            start = 10_000 * (i + 1)
+            events += [x(f"ProfilerStep#{i}", "user_annotation", start, step),
+                       x("aten::mm", "cpu_op", start + 10, mm), x("aten::relu", "cpu_op", start + 10 + mm, relu)]
+        return evidence.from_data("t.pt.trace.json", {"traceEvents": events})
+
+    assert moved(trace(600, 300, 1000), trace(720, 360, 1200)) == {}
+    assert moved(trace(600, 300, 1000), trace(1200, 300, 1600)) == {"aten::mm": "grown"}

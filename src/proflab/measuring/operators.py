@@ -152,6 +152,9 @@ class Change:
 
 # A change in self time smaller than this share of the before-step (and under 5 µs) counts as the same.
 SAME_SHARE = 0.002
+# A name called as often in both moved only if its share of the step moved by more than this (two
+# points of the step): a profile is one run's few steps, whose operators a busy machine slows unevenly.
+SHARE_MOVED = 0.02
 
 
 # The DataLoader's iterator is named after its kind (``_SingleProcessDataLoaderIter``, with workers
@@ -183,13 +186,17 @@ def diff(before: Trace, after: Trace, noise: float = 0.0) -> list[Change]:
 
     A name called as often in both whose self time moved no more than the noise counts as the same:
     within ``SAME_SHARE`` of the step (or 5 µs); within twice ``noise`` (the run-to-run variation the
-    caller measured, as a share) of its own time; or within what its time varies from step to step in
-    the two runs (a 95% interval of the difference of the means). Two runs of one file then show
+    caller measured, as a share) of its own time; within what its time varies from step to step in
+    the two runs (a 95% interval of the difference of the means); or no further than the whole step
+    moved (a profile taken while the machine was busier is slower all over: a name moved only if its
+    share of the step moved too, the same way, by more than ``SHARE_MOVED``). Two runs of one file show
     nothing moved, on a busy machine too; a name called a different number of times always moved.
     """
     a = _by_diff_name(table(before, per_step=True))
     b = _by_diff_name(table(after, per_step=True))
     step_us = a[STEP].cpu_total_us if STEP in a else 1.0
+    # a busy machine slows a whole profile alike: what moved is what moved beyond the step's own change
+    scale = b[STEP].cpu_total_us / step_us if STEP in a and STEP in b and step_us > 0 else 1.0
     steps_a = steps_b = None
     changes = []
     for name in a.keys() | b.keys():
@@ -205,7 +212,11 @@ def diff(before: Trace, after: Trace, noise: float = 0.0) -> list[Change]:
             if not same and old.calls == new.calls:
                 if steps_a is None:
                     steps_a, steps_b = self_per_step(before), self_per_step(after)
-                same = _within_step_noise(steps_a.get(name, []), steps_b.get(name, []), delta)
+                beyond = new.self_cpu_us - old.self_cpu_us * scale  # its move beyond the whole step's
+                same = (_within_step_noise(steps_a.get(name, []), steps_b.get(name, []), delta)
+                        or abs(beyond) < max(5.0, SHARE_MOVED * step_us * scale) or (beyond > 0) != (delta > 0)
+                        or _within_step_noise([x * scale for x in steps_a.get(name, [])], steps_b.get(name, []),
+                                              beyond))
             if same:
                 status = "same"
             else:
