@@ -13,8 +13,9 @@ own, so nothing else on the machine takes turns with it:
   beside ``--hogs N`` busy loops (0: a quiet machine), and lab 1's
   ``--lab1-repeats`` more times (the lab contention moves most).
 
-``--kit SRC`` runs the checks with another checkout's ``src`` (the kit as it
-was), so that both are measured side by side on the same machine. Usage:
+``--kit SRC`` runs the checks with another checkout's ``src`` and its labs
+(the kit as it was), so that both are measured side by side on the same
+machine. Usage:
 
     python benchmarks/bench_busy.py --together 5
     python benchmarks/bench_busy.py --alone --hogs 2 --lab1-repeats 4
@@ -62,10 +63,11 @@ def hogs(count: int):
             p.join(timeout=5)
 
 
-def kit_copy() -> Path:
+def kit_copy(checkout: Path) -> Path:
+    """A temporary copy of the labs of ``checkout`` (the kit measured: its manifests are its own)."""
     root = Path(tempfile.mkdtemp(prefix="proflab-busy-"))
     root.chmod(0o755)  # the sandbox runs as nobody when the kit runs as root
-    shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(checkout / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
     return root
 
 
@@ -151,7 +153,7 @@ def main() -> None:
     args = parser.parse_args()
     src = Path(args.kit).resolve() if args.kit else REPO / "src"
     sys.path.insert(0, str(src))
-    root = kit_copy()
+    root = kit_copy(src.parent)
     os.environ["PROFLAB_ROOT"] = str(root)
     slots = Path(tempfile.mkdtemp(prefix="proflab-busy-slots-"))
     env = {**os.environ, "PROFLAB_ROOT": str(root), "PROFLAB_SLOTS": str(slots), "PYTHONPATH": str(src)}
