@@ -144,7 +144,7 @@ class Report(Verdict):
     # What a step's time is: "wall_time" (the checker's clock) or "cpu_time" (the CPU seconds of the run's
     # processes and threads, read from /proc), per the lab's [timing] on the device
     figure: str = "wall_time"
-    # Turns at the machine (``slots``): seconds waited for a slot, never measured, and the most rounds ahead
+    # Turns at the machine (``slots``): seconds waited for a slot, never measured nor counted
     waited_s: float = 0.0
 
     @classmethod

@@ -227,18 +227,14 @@ def diff(before: Trace, after: Trace, noise: float = 0.0) -> list[Change]:
 
 
 
-def _variance(xs: list[float]) -> float:
-    mean = sum(xs) / len(xs)
-    return sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
-
-
 def _within_step_noise(a: list[float], b: list[float], delta: float) -> bool:
     """Whether a move of ``delta`` in the mean is within the 95% interval its per-step times allow."""
     import math
+    from statistics import variance
 
     from .stats import t95
 
     if len(a) < 2 or len(b) < 2:
         return False
-    se = math.sqrt(_variance(a) / len(a) + _variance(b) / len(b))
+    se = math.sqrt(variance(a) / len(a) + variance(b) / len(b))
     return abs(delta) <= t95(min(len(a), len(b)) - 1) * se

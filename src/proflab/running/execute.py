@@ -1021,12 +1021,6 @@ def run_cpu_s(tree: processes.Tree, members: list[int] | None = None) -> float:
     return total
 
 
-def _tree_cpu_s(tree: processes.Tree) -> float:
-    """CPU seconds used so far by every process of the run, with every thread, and the children its
-    processes have waited for (a compiler's, say), from /proc."""
-    return sum(_cpu_s(f"/proc/{pid}/stat", waited_for=True) or 0.0 for pid in tree.scan())
-
-
 def _run_process(tree: processes.Tree) -> int:
     """The run's own process: the tree's first, or, where that is bubblewrap started for a fresh run (no
     fork server: on CUDA, a torch that loads the driver on import), the run inside it (bubblewrap, then the

@@ -50,7 +50,6 @@ class Slot:
     index: int
     cores: tuple[int, ...] | None  # pinned to these cores; None: all of them (a single slot)
     waited_s: float = 0.0
-    ahead_at_first: int = 0  # how many turns were ahead when it started waiting
 
 
 _current: contextvars.ContextVar[Slot | None] = contextvars.ContextVar("proflab_slot", default=None)
@@ -159,12 +158,10 @@ def turn(on_wait: Callable[[str], None] = lambda message: None) -> Iterator[Slot
     ticket_fd = _open_shared(base / "queue" / f".{ticket}")
     fcntl.flock(ticket_fd, fcntl.LOCK_EX)
     os.rename(base / "queue" / f".{ticket}", base / "queue" / ticket)
-    slot_fd, index, said, first = -1, -1, None, None
+    slot_fd, index, said = -1, -1, None
     try:
         while index < 0:
             ahead = _ahead(base / "queue", ticket)
-            if first is None:
-                first = ahead
             if ahead < len(cores):  # first in line, or a slot for each turn ahead
                 for i in range(len(cores)):
                     fd = _open_shared(base / f"slot-{i}")
@@ -187,7 +184,7 @@ def turn(on_wait: Callable[[str], None] = lambda message: None) -> Iterator[Slot
         except OSError:
             pass
         os.close(ticket_fd)
-    slot = Slot(index, cores[index], time.perf_counter() - started, first or 0)
+    slot = Slot(index, cores[index], time.perf_counter() - started)
     token = _current.set(slot)
     try:
         yield slot
