@@ -126,6 +126,20 @@ def _marked(token: str) -> set[int]:
     return found | {pid for pid, (pgid, sid) in ids.items() if pgid in groups or sid in groups}
 
 
+def _pid_namespaces() -> dict[int, str]:
+    """Every live process's PID namespace (``pid:[4026531836]``)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    continue
+                found[int(entry)] = os.readlink(f"/proc/{entry}/ns/pid")
+            except (OSError, IndexError):
+                continue
+    return found
+
+
 @pytest.fixture(autouse=True)
 def nothing_left_running():
     """After every test, no process it started is alive (checked by environment mark, process group and
@@ -135,16 +149,22 @@ def nothing_left_running():
     import uuid
 
     token = uuid.uuid4().hex
+    namespaces = set(_pid_namespaces().values())
     os.environ[LEAK_MARK] = token
     try:
         yield
     finally:
         os.environ.pop(LEAK_MARK, None)
+
+    def left_running() -> set[int]:  # by mark, group and session; and any process of a PID namespace (a
+        # sandbox's) made during the test, whatever its environment
+        return _marked(token) | {pid for pid, ns in _pid_namespaces().items() if ns not in namespaces}
+
     deadline = time.monotonic() + 10
-    left = _marked(token)
+    left = left_running()
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = _marked(token)
+        left = left_running()
     if left:
         shown = []
         for pid in sorted(left):

@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -437,3 +438,78 @@ def test_a_port_really_in_use_still_says_so(served):
     assert code == 1, s.err
     assert "already in use" in s.err and f"--port {port + 1}" in s.err, s.err
     assert not (served.kit.root / TB_LOG).exists()
+
+
+# --- bad traces: every view answers with a message, and one bad file hides nothing -------------------------
+
+PROFILE = '''
+import sys
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=2, repeat=1),
+             on_trace_ready=tensorboard_trace_handler(sys.argv[1]), profile_memory=True) as prof:
+    for _ in range(3):
+        x = torch.randn(256, 256)
+        (x @ x).relu().sum()
+        prof.step()
+'''
+
+
+def get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+                f"http://127.0.0.1:{port}{path}", timeout=60) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_bad_traces_get_a_message_from_every_view_and_hide_no_other_run(served):
+    runs = served.kit.root / "runs" / "90-bad"
+    good = runs / "good"
+    made = subprocess.run([sys.executable, "-c", PROFILE, str(good)], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    trace = next(good.glob("*.pt.trace.json"))
+    text = trace.read_text()
+    bad = {"truncated": text[: len(text) // 2], "empty": "", "notjson": "profiler output\n",
+           "nosteps": json.dumps({"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 2}]}),
+           "list": json.dumps([{"ph": "X", "name": "ProfilerStep#1", "ts": 1, "dur": 2}])}
+    for name, body in bad.items():
+        (runs / name).mkdir()
+        (runs / name / f"host.{name}.pt.trace.json").write_text(body)
+    (runs / "gz").mkdir()
+    (runs / "gz" / "host.gz.pt.trace.json.gz").write_bytes(b"\x1f\x8b\x08\x00not gzip at all")
+    (runs / "folder" / "host.folder.pt.trace.json").mkdir(parents=True)
+    (runs / "dangling").mkdir()
+    (runs / "dangling" / "host.gone.pt.trace.json").symlink_to(runs / "no-such-trace")
+    port = free_port()
+    s = served("--port", str(port))
+    s.up()
+    try:
+        listing = json.loads(get(port, "/data/plugins_listing")[1])
+        assert listing["proflab_profile"]["enabled"] and listing["proflab_timeline"]["enabled"], listing
+        status, body = get(port, "/data/plugin/proflab_profile/runs")
+        assert status == 200, body
+        listed = json.loads(body)
+        assert "90-bad/good" in listed and "90-bad/folder" not in listed and "90-bad/dangling" not in listed
+        assert get(port, "/data/plugin/proflab_profile/overview?run=90-bad/good")[0] == 200
+        assert get(port, "/data/plugin/proflab_profile/memory.svg?run=90-bad/good")[0] == 200
+        for name in [*bad, "gz"]:
+            run = f"90-bad/{name}"
+            for path in (f"/data/plugin/proflab_profile/overview?run={run}",
+                         f"/data/plugin/proflab_profile/operators?run={run}",
+                         f"/data/plugin/proflab_profile/memory?run={run}",
+                         f"/data/plugin/proflab_profile/memory.svg?run={run}",
+                         f"/data/plugin/proflab_timeline/trace?run={run}"):
+                status, body = get(port, path)
+                assert status != 500 and b"Traceback" not in body, (path, status, body[:300])
+                if status != 200:
+                    assert len(body) > 10, (path, body)  # a message, not an empty answer
+        status, body = get(port, "/data/plugin/proflab_timeline/trace?run=90-bad/gz")
+        assert status == 422 and b"cannot be read" in body, body
+    finally:
+        s.proc.send_signal(signal.SIGTERM)
+        s.finish(timeout=30)
+    no_traceback(s.err)
+    s.nothing_left()

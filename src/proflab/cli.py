@@ -23,6 +23,7 @@ import math
 import os
 import signal
 import sys
+import threading
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -651,6 +652,37 @@ def cmd_grade(args) -> int:
         journal = Journal.begin(where, header, resume=args.resume, restart=args.restart)
     except JournalError as e:
         raise UsageError(str(e)) from None
+    stop = _StopOnce()
+    held = ({sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+            if threading.current_thread() is threading.main_thread() else {})
+    try:
+        return _grade_with(args, found, journal, where)
+    finally:
+        journal.close()
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+
+
+class _StopOnce:
+    """A grading's Ctrl-C (or SIGTERM, SIGHUP): the first stops it; those after it, while the run in progress
+    is stopped and the outputs are written, are the same stop, and change nothing (two Ctrl-C 0.3 s apart
+    once left no outputs)."""
+
+    def __init__(self):
+        self.stopping = False
+
+    def __call__(self, signum, frame):
+        if not self.stopping:
+            self.stopping = True
+            raise KeyboardInterrupt
+
+
+def _grade_with(args, found, journal, where: Path) -> int:
+    from .grading import grade
+    from .reporting import grade_formats
+
+    if journal.note:
+        err.print(f"[yellow]proflab:[/] {escape(journal.note)}")
     done = sum(journal.done(sub.shown, sub.path) is not None for sub in found.submissions)
     if done:
         err.print(f"Resuming: {done} of {len(found.submissions)} verdicts are taken from "
@@ -715,6 +747,9 @@ def cmd_gate(args) -> int:
             top = Path(revision._git(["rev-parse", "--show-toplevel"], Path.cwd()))
         except revision.RevisionError:
             top = Path.cwd()
+            err.print(f"[yellow]proflab:[/] {escape(paths.display(top))} is not inside a git repository: the job "
+                      "files go here, and CI reads them at the top of the repository this folder becomes "
+                      "(the gate's --against needs git history too)")
         try:  # the traces the job keeps are where the project's settings put them
             kept = Path(gate_config.settings({}, Path(args.config) if args.config else None).trace_dir)
             trace_dir = kept.resolve().relative_to(top.resolve()).as_posix()
@@ -723,12 +758,14 @@ def cmd_gate(args) -> int:
         try:
             written = gate_ci.write(args.init_ci, top, kit=args.kit, file=args.file, trace_dir=trace_dir)
         except FileExistsError as e:
-            raise UsageError(f"{e} exists already: it is left as it is (move it aside to write a new one)") from None
+            raise UsageError(str(e)) from None
+        except OSError as e:
+            raise UsageError(errors.describe(e, "write")) from None
         for path in written:
             out.print(f"[green]✓[/] wrote {escape(paths.display(top / path))}")
         if args.init_ci == "gitlab" and gate_ci.GITLAB_MAIN not in written:
             out.print(f"Add to {gate_ci.GITLAB_MAIN}: [bold]{escape(gate_ci.GITLAB_INCLUDE.strip())}[/]")
-        out.print("The job reads the gate's settings from pyproject.toml's [tool.proflab.gate]; run "
+        out.print(f"The job reads the gate's settings from pyproject.toml's {escape('[tool.proflab.gate]')}; run "
                   "[bold]proflab gate --against main[/] here first to see what it will say.")
         return 0
     given = {name: getattr(args, name, None) for name in GATE_SETTINGS}
@@ -762,22 +799,30 @@ def cmd_gate(args) -> int:
                     if x.gating is None and x.profiling is None and x.distributed is None]
             raise UsageError(f"lab {chosen.number} cannot be gated: {kind}; --lab takes the workload of a lab "
                              f"whose files are pipelines the kit profiles ({', '.join(able)})")
+    for path in filter(None, (args.junit, args.json_out)):
+        if paths.kit_owned(path) or Path(path).is_dir():
+            raise UsageError(paths.kit_owned(path) or f"{path} is a folder; --junit and --json-out take a file name")
     against = paths.display(Path(s.baseline)) if s.baseline else s.against
     try:
         with _status(f"Gating {Path(s.file).name} against {against}…") as update:
             result = gate.run(s, on_progress=update)
     except revision.RevisionError as e:
         raise UsageError(str(e)) from None
+    if args.json:
+        print(gate_report.to_json(result))
+    else:
+        gate_report.render(result, out, verbose=args.verbose)
+    unwritten = []  # the verdict is said first: a file that cannot be written never hides it
     for path, write in ((args.junit, gate_report.to_junit), (args.json_out, gate_report.to_json)):
         if path:
             try:
                 atomic.write_text(path, write(result))
             except OSError as e:
-                raise UsageError(errors.describe(e, "write")) from None
-    if args.json:
-        print(gate_report.to_json(result))
-    else:
-        gate_report.render(result, out, verbose=args.verbose)
+                unwritten.append(errors.describe(e, "write"))
+    if unwritten:
+        _say(err, f"[red]proflab:[/] {escape('; '.join(unwritten))} (the verdict above stands; the kit could "
+                  "not write its record: exit 3)")
+        return KIT_ERROR
     return result.exit_code
 
 
@@ -970,6 +1015,10 @@ def _say(console: Console, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The command; as the program itself (``proflab``), a signal that arrives once it is done is ignored."""
+    if argv is None:
+        from .reporting import pipes
+
+        pipes.survive_closed_stdout()
     try:
         code = _main(argv)
     except KeyboardInterrupt:  # a second Ctrl-C while the first was being reported: all is stopped already

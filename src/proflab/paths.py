@@ -54,3 +54,58 @@ def display(path: Path) -> str:
         return str(path.relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+def kit_owned(path: Path | str) -> str:
+    """Why the kit will not write an output at ``path``, or "": inside its labs, data or package, or over a
+    file its git checkout tracks (an output written there replaced ``original.py`` once, and every later
+    grading was "not graded")."""
+    import subprocess
+
+    target = Path(path).absolute().resolve()
+    top = root().resolve()
+    for folder, what in ((labs_dir(), "the labs' folder"), (data_dir(), "the labs' data"),
+                         (Path(__file__).resolve().parent, "the kit's own code")):
+        if target.is_relative_to(folder.resolve()):
+            return f"{path} is inside {what} ({display(folder)}): the kit does not write its outputs there"
+    if target.is_file() and target.is_relative_to(top) and _is_root(top):
+        try:
+            tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(target)], cwd=top,
+                                     capture_output=True, timeout=10).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            tracked = False
+        if tracked:
+            return f"{path} is one of the kit's own files (tracked by git): the kit does not write over it"
+    return ""
+
+
+def owned(prefix: str) -> str:
+    """A scratch folder's name prefix that says which process made it (``run-1234-``): ``sweep_scratch``
+    removes it once that process is gone."""
+    return f"{prefix}{os.getpid()}-"
+
+
+def sweep_scratch(folder: Path) -> None:
+    """Remove the scratch folders of ``folder`` whose process is gone (killed before it could clean up).
+    Only this user's, only folders named by ``owned``; a process whose number was reused keeps its folder
+    (left for a later sweep), never the other way round."""
+    import re
+    import shutil
+
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    me = os.geteuid()
+    for entry in entries:
+        found = re.search(r"-(\d+)-[a-z0-9_]{8}$", entry.name)  # mkdtemp's 8 characters after owned()
+        if not found or int(found.group(1)) == os.getpid():
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != me or not entry.is_dir(follow_symlinks=False):
+                continue
+            os.kill(int(found.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:
+            continue

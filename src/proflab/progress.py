@@ -170,20 +170,57 @@ def _locked(create: bool) -> Iterator[bool]:
         yield False
         return
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                break
-            except InterruptedError:
-                continue
-            except OSError as e:
-                if create or e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EBADF):
-                    raise
-                yield False
-                return
-        yield True
+        try:
+            held = _wait_for_lock(fd, lock, LOCK_WAIT_S if create else LOCK_READ_WAIT_S)
+            if not held and not create:
+                warn(f"gave up waiting for {paths.display(lock)} after {LOCK_READ_WAIT_S:.0f} s: going on from the "
+                     "progress file as it is now")
+        except OSError as e:
+            if create or e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EBADF):
+                raise
+            held = False
+        if not held and create:
+            raise Busy(errno.EAGAIN, f"another proflab command has held {paths.display(lock)} for "
+                                     f"{LOCK_WAIT_S:.0f} s (stopped with Ctrl-Z, or stuck?): finish or stop it, "
+                                     "then run this again; your work is as it was", str(lock))
+        yield held
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+# How long a command waits for another's hold on the progress file before it says so, and at most: a hold
+# lasts milliseconds (a read, a write); one that lasts seconds is a command stopped or stuck.
+LOCK_SAY_AFTER_S = 1.0
+LOCK_WAIT_S = float(os.environ.get("PROFLAB_LOCK_WAIT_S", "30"))
+LOCK_READ_WAIT_S = min(5.0, LOCK_WAIT_S)  # a read (proflab list) goes on without the lock after this
+
+
+class Busy(OSError):
+    """The progress file's lock stayed held beyond ``LOCK_WAIT_S``: nothing was written."""
+
+
+def _wait_for_lock(fd: int, lock: Path, bound: float) -> bool:
+    """Take the lock, saying so once the wait is noticeable; False once it has lasted ``bound`` seconds."""
+    import time
+
+    started, said = time.monotonic(), False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except InterruptedError:
+            continue
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+        waited = time.monotonic() - started
+        if waited >= bound:
+            return False
+        if waited >= LOCK_SAY_AFTER_S and not said:
+            said = True
+            warn(f"waiting for {paths.display(lock)}: another proflab command holds it (this one gives up after "
+                 f"{bound:.0f} s)")
+        time.sleep(0.05)
 
 
 def _aside(path: Path) -> Path:

@@ -247,9 +247,12 @@ def _untraced_reads(tree: ast.Module, audit: "_Audit") -> None:
 
 
 def audit_file(path: Path, allow: Iterable[str] = (), refuse: Iterable[str] = ()) -> list[Finding]:
-    """:func:`audit_source` of a file (read as UTF-8); a SyntaxError propagates, for the caller to report."""
+    """:func:`audit_source` of a file (decoded as Python decodes it); a SyntaxError propagates, for the caller
+    to report."""
+    from .. import sources
+
     path = Path(path)
-    return audit_source(path.read_text(encoding="utf-8-sig"), str(path), allow, refuse)
+    return audit_source(sources.read(path), str(path), allow, refuse)
 
 
 def _under(path: str, prefix: str) -> bool:

@@ -312,8 +312,8 @@ def _calls(path: Path) -> set[str]:
     import ast
 
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        tree = ast.parse(path.read_bytes())  # bytes: decoded by their coding line, as Python does
+    except (OSError, SyntaxError, ValueError):
         return set()
     return {ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
 

@@ -146,7 +146,11 @@ def check(
     rounds = rounds or lab.workload.rounds
     timeout = timeout_s or lab.workload.timeout_s
     try:
-        with forkserver.session():  # torch is imported once for the check's runs, not once each
+        # The whole check in one turn at the machine: its servers' imports, its rounds and their reading.
+        # (Turns taken per round let the next checks' servers import torch beside a measured round: four
+        # checks at once left lab 0's sound profile inconclusive, its rounds 0.70-1.18x.)
+        with slots.turn(on_progress) as slot, forkserver.session():  # torch imported once for the check's runs
+            report.waited_s += slot.waited_s
             staged = staged or stage(lab, file, workdir)  # both versions' servers start importing now
             try:
                 if staged.error:
@@ -214,6 +218,22 @@ def tampering(original: Path, lab: labs.Lab, data: Path | None, data_print: dict
     return ""
 
 
+def changed_during(outcome: execute.Outcome, learner: bool, original: Path, lab: labs.Lab, data: Path | None,
+                   data_print: dict) -> None:
+    """After a run: what it is run from (the original's copy, the lab's data) must be as it was. A change
+    is the learner's tampering only where the learner's run could have made it; a sandboxed run cannot
+    write there (nor can the original's), so the change is another process's, and nothing measured since
+    can be trusted: not graded (a data file rewritten during a check once failed a sound fix on a NaN)."""
+    changed = tampering(original, lab, data, data_print)
+    if not changed:
+        return
+    if learner and not outcome.sandboxed:
+        outcome.status, outcome.result = "error", {"kind": "tampered", "message": changed}
+        return
+    raise NotGraded(f"{changed}, and not by the run (it cannot write there): another process on this machine "
+                    "changed it. Run `proflab data --verify`, then check again")
+
+
 def _publish_traces(lab: labs.Lab, label: str, report: Report) -> None:
     """The traces read for the verdict, moved from the check's private folder to its TensorBoard runs."""
     if report.rank_traces:
@@ -232,8 +252,9 @@ def _publish_traces(lab: labs.Lab, label: str, report: Report) -> None:
         try:
             report.traces[which] = str(traces.publish(path, trace_dir(lab, "original" if which == "original"
                                                                         else label)))
-        except OSError:
+        except OSError as e:
             report.traces.pop(which)  # the verdict stands; only its view in TensorBoard is missing
+            _not_kept(report, which, e)
 
 
 def _publish_rank_traces(lab: labs.Lab, label: str, report: Report) -> None:
@@ -249,11 +270,17 @@ def _publish_rank_traces(lab: labs.Lab, label: str, report: Report) -> None:
             paths = [shutil.copyfile(p, copies / Path(p).name) for p in paths]
         try:
             published = traces.publish_all(paths, trace_dir(lab, "original" if which == "original" else label))
-        except OSError:
+        except OSError as e:
             report.traces.pop(which, None)  # the verdict stands; only its view in TensorBoard is missing
+            _not_kept(report, which, e)
             continue
         report.rank_traces[which] = [str(p) for p in published]
         report.traces[which] = str(published[0])
+
+
+def _not_kept(report: Report, which: str, e: OSError) -> None:
+    report.notes.append(f"the {which}'s trace was not kept for TensorBoard ({errors.describe(e, 'write')}); the "
+                        "verdict does not rest on it: free some space and check again to see it")
 
 
 def name_the_file(report: Report, snapshot_path: Path, file: Path) -> None:
@@ -294,7 +321,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
     originals: list[execute.Outcome] = []
     learners: list[execute.Outcome] = []
     loaded: dict[str, evidence.Trace] = {}  # the first runs' traces, read once by execute, until the evidence
-    measuring_since = time.perf_counter()
+    measuring_since, waited_before = time.perf_counter(), report.waited_s
 
     seeds: dict[int, int] = {}
 
@@ -318,8 +345,7 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
             raise NotGraded(str(e)) from None
         if outcome.status == "kit":
             raise NotGraded(outcome.result.get("message", "the kit failed"))
-        if which == "learner" and (changed := tampering(original, lab, data, data_print)):
-            outcome.status, outcome.result = "error", {"kind": "tampered", "message": changed}
+        changed_during(outcome, which == "learner", original, lab, data, data_print)
         if outcome.ok and device == "auto":  # both versions then run where the first one did
             device = outcome.result["device"]
         if outcome.ok and first and outcome.result.get("trace"):
@@ -432,7 +458,8 @@ def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progres
                                     "a fix from no change here")
                     return
             if round_no >= rounds:
-                measured_s = time.perf_counter() - measuring_since - report.waited_s  # waiting for turns is not counted
+                # waiting for turns is not counted
+                measured_s = time.perf_counter() - measuring_since - (report.waited_s - waited_before)
                 report.stopped = _stop_reason(lab, report, round_no, measured_s)
                 if report.stopped:
                     break

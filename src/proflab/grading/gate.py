@@ -151,7 +151,8 @@ def run(s: Settings, on_progress: Progress = lambda message: None) -> GateReport
         with checks.workspace("gate-") as work:
             gate = _prepare(s, work, report)
             try:
-                with forkserver.session():
+                with slots.turn(on_progress) as slot, forkserver.session():  # one turn: imports, rounds, reading
+                    report.waited_s += slot.waited_s
                     preload = execute.preload_for(gate.baseline, gate.candidate)
                     # each in a sandbox of its own
                     execute.warm(gate.lab, preload, str(gate.baseline), gate.baseline, gate.baseline_workdir,
@@ -229,7 +230,7 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
     loaded: dict[str, evidence.Trace] = {}
     device = s.device
     data_print = checks.fingerprint(data)
-    since = time.perf_counter()
+    since, waited_before = time.perf_counter(), report.waited_s
     rounds = lab.workload.rounds
 
     def run_one(which: str, round_no: int) -> execute.Outcome:
@@ -253,8 +254,7 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
             raise NotGraded(str(e)) from None
         if outcome.status == "kit":
             raise NotGraded(outcome.result.get("message", "the kit failed"))
-        if which == "candidate" and (changed := checks.tampering(gate.baseline, lab, data, data_print)):
-            outcome.status, outcome.result = "error", {"kind": "tampered", "message": changed}
+        checks.changed_during(outcome, which == "candidate", gate.baseline, lab, data, data_print)
         if outcome.ok and device == "auto":
             device = outcome.result["device"]
         if outcome.ok and first and outcome.result.get("trace"):
@@ -346,7 +346,8 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
                 moved = _what_changed(report, loaded)
                 loaded.clear()
             if round_no >= rounds:
-                report.stopped = _stop_reason(lab, report, round_no, time.perf_counter() - since - report.waited_s)
+                report.stopped = _stop_reason(lab, report, round_no,
+                                              time.perf_counter() - since - (report.waited_s - waited_before))
                 if report.stopped:
                     break
     report.latency = {which: {"median_ms": 1000 * stats.median(t), "p95_ms": 1000 * stats.quantile(t, 0.95)}

@@ -133,8 +133,12 @@ def write(kind: str, project: Path, kit: str = "proflab", file: str | None = Non
         if not (project / GITLAB_MAIN).exists():
             planned[GITLAB_MAIN] = GITLAB_INCLUDE
     for path in planned:
-        if (project / path).exists():
-            raise FileExistsError(str(path))
+        if (project / path).exists() or (project / path).is_symlink():
+            raise FileExistsError(f"{path} exists already: it is left as it is (move it aside to write a new one)")
+        above = next((p for p in (project / path).parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise FileExistsError(f"{above.relative_to(project) if above.is_relative_to(project) else above} "
+                                  f"is a file, where the folder of {path} should be: nothing was written")
     for path, text in planned.items():
         (project / path).parent.mkdir(parents=True, exist_ok=True)
         (project / path).write_text(text, encoding="utf-8")

@@ -24,6 +24,7 @@ expected and what was found: a gate never runs on a typo.
 from __future__ import annotations
 
 import difflib
+import math
 
 try:
     import tomllib
@@ -52,8 +53,9 @@ def _int(low: int) -> tuple[str, Callable[[Any], bool]]:
 
 def _number(low: float, strict: bool = False) -> tuple[str, Callable[[Any], bool]]:
     word = "above" if strict else "at least"
-    return (f"a number {word} {low:g}",
-            lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and (v > low if strict else v >= low))
+    return (f"a finite number {word} {low:g}",  # max_slowdown = inf would make a gate that never fails
+            lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and (v > low if strict else v >= low))
 
 
 _TEXT = ("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip()))
@@ -223,7 +225,12 @@ def settings(command_line: dict[str, Any], config: Path | None = None, cwd: Path
         values.pop(drop)
         source.pop(drop)
     check_rounds(values)
-    return Settings(values, source, str(path.parent.resolve() if path is not None else cwd.resolve()))
+    made = Settings(values, source, str(path.parent.resolve() if path is not None else cwd.resolve()))
+    kept = Path(made.trace_dir)
+    if kept.exists() and not kept.is_dir():
+        raise GateConfigError(f"{_where(source.get('trace_dir', 'default'))}: trace_dir {kept} is a file, not a "
+                              "folder: the traces would not be kept; name a folder")
+    return made
 
 
 def check_rounds(values: dict[str, Any], where: str = "") -> None:

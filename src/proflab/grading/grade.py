@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
+import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -412,9 +413,15 @@ class Turn:
         try:
             if self.why:
                 return _not_graded(self.sub, self.label, self.why)
-            report = checks.check(self.sub.lab, self.copy, label=self.label, device=device, rounds=rounds,
-                                  timeout_s=timeout_s, on_progress=on_progress, workdir=self.scratch,
-                                  staged=self.staged)
+            try:
+                report = checks.check(self.sub.lab, self.copy, label=self.label, device=device, rounds=rounds,
+                                      timeout_s=timeout_s, on_progress=on_progress, workdir=self.scratch,
+                                      staged=self.staged)
+            except Exception as e:  # noqa: BLE001 - the kit failed on this file: its "not graded", not the class's
+                report = _not_graded(self.sub, self.label, f"the kit failed on this file ({type(e).__name__}: {e}); "
+                                                           "this is the kit's failure, not the learner's: the "
+                                                           "traceback is in the record")
+                report.traceback = traceback.format_exc()
             checks.name_the_file(report, self.copy, self.sub.path)
             return report
         finally:

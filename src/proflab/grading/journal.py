@@ -11,14 +11,24 @@ outputs of a finished grading are written.
 The first line says what was being graded (the folder, the lab, the device,
 the rounds, the kit's version and a fingerprint of each lab's manifest); a
 journal of another grading, or of one by another checker, is never resumed.
+
+A grading holds its journal's lock (``flock`` on ``.<name>.journal.lock``,
+given back by the kernel however the grading ends) from the moment it opens
+the journal until it is done: a second grading of the same outputs, resumed
+or not, is refused while the first runs, so no two gradings write one
+journal or one output. A journal that is not one (its first line is not a
+journal's header) is moved aside, as a broken progress file is.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +40,46 @@ FORMAT = 1
 
 class JournalError(Exception):
     """The journal cannot be used as asked (a usage error: the message says what to do)."""
+
+
+class Broken(JournalError):
+    """The file is not a grading journal at all (its first line is no journal's header)."""
+
+
+def _lock(path: Path) -> int:
+    """Take the journal's lock, or say which grading holds it. The descriptor is kept until ``close``."""
+    lock = path.with_name(path.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip()
+            os.close(fd)
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            who = f" (process {holder})" if holder.isdigit() else ""
+            raise JournalError(f"another grading{who} is writing {paths.display(path)} now: wait for it to "
+                               "finish, or write the outputs somewhere else (--out, --json-out)") from None
+        try:  # the lock file may have been removed by a grading that just finished: lock the one in place
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            return fd
+        os.close(fd)
+
+
+def _aside(path: Path) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target, n = path.with_name(f"{path.name}.corrupt-{stamp}"), 1
+    while target.exists() or target.is_symlink():
+        n += 1
+        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+    return target
 
 
 def location(folder: Path, out: str | None, json_out: str | None) -> Path:
@@ -60,11 +110,35 @@ class Journal:
     path: Path
     header: dict[str, Any]
     entries: dict[str, Entry] = field(default_factory=dict)  # by the submission's path in the folder
+    note: str = ""  # what was done to an earlier journal on the way (moved aside), for the grader to say
+    _fd: int = -1  # the lock, held until close()
 
     @classmethod
     def begin(cls, path: Path, header: dict[str, Any], resume: bool, restart: bool) -> "Journal":
-        """A new journal, or (``resume``) the one at ``path``, read back."""
+        """A new journal, or (``resume``) the one at ``path``, read back; its lock held either way."""
+        fd = _lock(path)
+        try:
+            journal = cls._begin(path, header, resume, restart)
+        except BaseException:
+            os.close(fd)
+            raise
+        journal._fd = fd
+        return journal
+
+    @classmethod
+    def _begin(cls, path: Path, header: dict[str, Any], resume: bool, restart: bool) -> "Journal":
         header = {"journal": FORMAT, "proflab": __version__, **header}
+        note = ""
+        if path.exists() and path.stat().st_size:
+            try:
+                cls.read(path)
+            except Broken as e:
+                aside = _aside(path)
+                os.replace(path, aside)
+                note = f"{e}; moved it to {paths.display(aside)}"
+                if resume:
+                    raise JournalError(f"--resume: {note}, so there is nothing to resume: run without --resume") \
+                        from None
         exists = path.exists()
         if resume:
             if not exists:
@@ -83,7 +157,7 @@ class Journal:
             done = len(cls.read(path).entries) if path.stat().st_size else 0
             raise JournalError(f"{paths.display(path)} holds {done} verdict{'s' if done != 1 else ''} of an "
                                "unfinished grading: --resume continues it, --restart grades everything again")
-        journal = cls(path, header)
+        journal = cls(path, header, note=note)
         journal._write_line(header, mode="w")
         return journal
 
@@ -100,12 +174,17 @@ class Journal:
                 records.append(json.loads(line))
             except ValueError:
                 continue  # the line being written when it stopped
-        if not records or records[0].get("journal") != FORMAT:
+        if not records or not isinstance(records[0], dict) or "journal" not in records[0]:
+            raise Broken(f"{paths.display(path)} is not a grading journal (its first line is not a journal's "
+                         "header)")
+        if records[0].get("journal") != FORMAT:
             raise JournalError(f"{paths.display(path)} is not a grading journal this version can read; "
                                "use --restart")
         journal = cls(path, records[0])
         for record in records[1:]:
             try:
+                if not isinstance(record, dict):
+                    continue
                 journal.entries[record["file"]] = Entry(record["file"], record["sha256"],
                                                         Report.from_dict(record["report"]))
             except (KeyError, TypeError, ValueError):
@@ -133,4 +212,12 @@ class Journal:
             os.fsync(f.fileno())
 
     def remove(self) -> None:
+        """The grading is done: the journal goes, and its lock (still held until ``close``)."""
         self.path.unlink(missing_ok=True)
+        self.path.with_name(self.path.name + ".lock").unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Give the lock back (the kernel does it too, however the grading ends)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

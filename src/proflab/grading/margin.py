@@ -125,9 +125,8 @@ def how_timed(lab: labs.Lab, report) -> list[str]:
     """What a step's time was, and why (the lab's [timing]), and the turns waited for: a line each."""
     lines = []
     if report.figure == "cpu_time":
-        lines.append("timed in CPU time: the CPU seconds of every process and thread of each run, read by the "
-                     "checker from /proc, which other jobs on the machine barely move"
-                     + (f" ({lab.timing_why})" if lab.timing_why else ""))
+        lines.append("timed in CPU time, the CPU seconds of every process and thread of each run, read by the "
+                     "checker from /proc: " + (lab.timing_why or "other jobs on the machine barely move it"))
     elif lab.timing_why and lab.figure(report.device) == "wall_time":
         lines.append(f"timed by the clock: {lab.timing_why}")
     if report.waited_s >= 1:

@@ -30,9 +30,7 @@ class NotGraded(Exception):
 def new_workspace(prefix: str) -> Path:
     """``workspace``'s folder, for a caller that removes it itself."""
     try:
-        root = paths.state_dir() / "tmp"
-        root.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        return Path(tempfile.mkdtemp(prefix=paths.owned(prefix), dir=execute._scratch_dir()))
     except OSError as e:
         raise NotGraded(errors.describe(e, "make a scratch folder in")) from None
 

@@ -146,6 +146,8 @@ class Report(Verdict):
     figure: str = "wall_time"
     # Turns at the machine (``slots``): seconds waited for a slot, never measured nor counted
     waited_s: float = 0.0
+    # What the kit could not do that the verdict does not rest on (a trace not kept: the disk was full)
+    notes: list[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Report":

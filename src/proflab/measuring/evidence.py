@@ -103,12 +103,19 @@ def load(path: str | Path) -> Trace:
 def from_data(path: str | Path, raw: dict[str, Any]) -> Trace:
     """A trace from its parsed JSON (read already, for instance to check and prepare it)."""
     path = Path(path)
-    events = [
-        Event(e["name"], e.get("cat", ""), float(e["ts"]), float(e.get("dur", 0.0)), e.get("pid"), e.get("tid"),
-              e.get("args") if e.get("cat") == "cpu_op" else None)
-        for e in raw.get("traceEvents", [])
-        if e.get("ph") == "X" and "name" in e and "ts" in e
-    ]
+    listed = raw.get("traceEvents", []) if isinstance(raw, dict) else None
+    if not isinstance(listed, list):
+        raise TraceError(f"{path.name} is not a profiler trace: its JSON is not an object with a list of "
+                         "traceEvents")
+    try:
+        events = [
+            Event(e["name"], e.get("cat", ""), float(e["ts"]), float(e.get("dur", 0.0)), e.get("pid"), e.get("tid"),
+                  e.get("args") if e.get("cat") == "cpu_op" else None)
+            for e in listed
+            if isinstance(e, dict) and e.get("ph") == "X" and "name" in e and "ts" in e
+        ]
+    except (TypeError, ValueError) as e:
+        raise TraceError(f"{path.name} has an event the kit cannot read ({e})") from None
     trace = Trace(path, events, raw)
     if not trace.steps:
         raise TraceError(f"{path} has no ProfilerStep# events: was it written with a profiler schedule?")

@@ -111,6 +111,11 @@ def publish_all(found: list[str | Path], folder: str | Path) -> list[Path]:
             old.unlink(missing_ok=True)
         for trace in map(Path, found):
             target = folder / trace.name
-            shutil.move(str(trace), target)
+            try:
+                shutil.move(str(trace), target)
+            except OSError:  # a full disk: no trace cut short is left for TensorBoard to choke on
+                for done in [*moved, target]:
+                    done.unlink(missing_ok=True)
+                raise
             moved.append(target)
     return moved

@@ -63,7 +63,12 @@ def refusal(fmt: str, found: Found, folder: str, outputs: tuple[str | None, ...]
     if len(set(given)) < len(given):
         return "--out and --json-out name the same file: give them two names (or leave --json-out out)"
     class_folder = found.folder.resolve()
+    submitted = {sub.path.resolve() for sub in found.submissions}
     for path in filter(None, outputs):
+        if Path(path).resolve() in submitted:
+            return f"{path} is a submission: an output written there would replace it; write it somewhere else"
+        if paths.kit_owned(path):
+            return paths.kit_owned(path) + "; write it somewhere else"
         if Path(path).resolve().is_relative_to(class_folder):
             return (f"{path} is inside the class folder {folder}: an output written there could replace a "
                     "submission, and would be graded as one next time; write it somewhere else")

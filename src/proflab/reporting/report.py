@@ -140,6 +140,8 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
     word = {PASSED: "[bold green]PASSED[/]", INCONCLUSIVE: "[bold yellow]INCONCLUSIVE[/] (too noisy to call)"}.get(
         report.verdict, "[bold red]FAILED[/]")
     console.print(f"{word} · lab {report.number} ({report.lab}) in {report.duration_s:.0f} s")
+    for note in report.notes:
+        console.print(f"[yellow]![/] {shown(note)}")
     if report.traces:
         console.print(f"Traces: {shown(paths.display(report.runs_dir))}/ "
                       f"(runs: {', '.join(sorted({_run_name(p) for p in report.traces.values()}))})")

@@ -14,10 +14,11 @@ check only, as it does for the traces.
 from __future__ import annotations
 
 import io
+import threading
 import time
 from pathlib import Path
 
-from .. import labs
+from .. import errors, labs
 from ..measuring.breakdown import Breakdown
 from ..grading.checks import trace_dir
 from ..grading.verdicts import Report
@@ -26,6 +27,18 @@ STEP_TIME = "step_time_ms"
 REPORT = "checker_report"
 WHERE = "where_the_time_went"
 STEP_TIMES = "step_times"
+
+
+# Free space the summaries need, a few charts and scalars: with less, they are not written (the verdict is
+# printed anyway), rather than cut short.
+SUMMARY_NEEDS_BYTES = 4 * 1024 * 1024
+
+
+def _quiet_about_writes(hook):
+    def quiet(args):
+        if not issubclass(args.exc_type, OSError):
+            hook(args)
+    return quiet
 
 
 class _Writer:
@@ -39,16 +52,26 @@ class _Writer:
     def __init__(self, folder: Path):
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+        full = errors.low_disk(folder, need=SUMMARY_NEEDS_BYTES)
+        if full:
+            raise errors.KitError(full)
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.glob("events.out.tfevents.*"):
             old.unlink(missing_ok=True)
+        # The writer writes from a thread of its own, and a write that fails there (the disk filled meanwhile)
+        # is raised again by close(), here: the thread's own traceback is not printed into the report.
+        self._hook = threading.excepthook
+        threading.excepthook = _quiet_about_writes(self._hook)
         self._file = EventFileWriter(str(folder))
 
     def __enter__(self) -> _Writer:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        finally:
+            threading.excepthook = self._hook
 
     def _add(self, value, step: int = 0) -> None:
         from tensorboard.compat.proto.event_pb2 import Event

@@ -208,7 +208,7 @@ def run(
             box = server.box if server is not None else sandbox.Box(_scratch_dir(), engine, expose=expose)
             scratch = box.new_folder("run-")
         else:
-            scratch = Path(tempfile.mkdtemp(prefix="run-", dir=_scratch_dir()))
+            scratch = Path(tempfile.mkdtemp(prefix=paths.owned("run-"), dir=_scratch_dir()))
     except OSError as e:
         forkserver.done_with(server, shared)
         if box is not None and server is None:
@@ -469,6 +469,8 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
     ranks_read = [torchrun.reader(path, lambda fd, m=m: _read_marks(fd, m, child))
                   for path, m in zip(fifo_paths, rank_marks)]
     others = processes.children_of_mine()
+    global _oom_at_start
+    _oom_at_start = _oom_kills()
     started = time.perf_counter()
     proc = tree = None
     stopped, peak_mb, reached = "", 0.0, ""
@@ -577,9 +579,17 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
             f"{len(tree.survivors)} process(es) it started could not be stopped (PIDs "
             f"{', '.join(map(str, tree.survivors[:5]))}): they are stuck; look for a process waiting on a device")}
     if not outcome.ok and (full := errors.low_disk(scratch, spec.get("trace_dir"))):
-        # The disk had room when the run started (run() checks): it filled up during it.
-        outcome.status = "error"
-        outcome.result = {"kind": "disk", "message": f"the disk filled up during its run: {full}"}
+        # The disk had room when the run started (run() checks): it filled up during it. By the run only if
+        # its own folder (a sandbox's box: the only place it can write) holds a good part of that room.
+        wrote = _bytes_under(box.root if box is not None else scratch)
+        if wrote >= errors.RUN_NEEDS_BYTES // 2:
+            outcome.status = "error"
+            outcome.result = {"kind": "disk", "message": f"the disk filled up during its run, which wrote "
+                              f"{wrote / 1e6:.0f} MB: {full}"}
+        else:
+            outcome.status = "kit"
+            outcome.result = {"kind": "disk", "message": f"the disk filled up during the run, and not by it (it "
+                              f"wrote {wrote / 1e6:.1f} MB): another process filled it. {full}"}
     for key in ("message", "traceback", "code", "file"):  # shown to the learner: no terminal escapes
         if isinstance(outcome.result.get(key), str):
             outcome.result[key] = quiet.printable(outcome.result[key])
@@ -831,6 +841,20 @@ def _compiling_cpu_s(marks: Marks, start: float, end: float) -> float:
                for i, (a, b) in enumerate(zip(opened, closed)) if a >= start and b <= end)
 
 
+def _clock_slow(inside_steps: Any, bounds: list[float]) -> bool:
+    """Whether the run's clock ran slow in most of its timed steps, not only across the window: a mark
+    this process stamped late (its thread waiting for the interpreter while the checker parsed a large
+    file) lengthens one step by the checker's clock and shortens the next, where a changed clock shortens
+    every step alike. Without the steps' times (a run that did not report them), the window decides."""
+    outside = [b - a for a, b in zip(bounds, bounds[1:])]
+    if (not isinstance(inside_steps, list) or len(inside_steps) != len(outside)
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in inside_steps)):
+        return True
+    slow = sum(mine < CLOCK_SLACK * theirs - CLOCK_SLACK_S / len(outside)
+               for mine, theirs in zip(inside_steps, outside))
+    return slow > len(outside) // 2
+
+
 def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], background_allowed: bool,
                   reads=None) -> None:
     """Replace the run's own timings by the checker's stamps; fail a run whose marks or clock disagree.
@@ -851,7 +875,8 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
     inside = float(r.get("window_s", 0.0))
     outside = end - start
     r["reported"] = {"window_s": inside}
-    if inside < CLOCK_SLACK * outside - CLOCK_SLACK_S:
+    inside_steps = r.pop("step_s", None)
+    if inside < CLOCK_SLACK * outside - CLOCK_SLACK_S and _clock_slow(inside_steps, [start, *ends]):
         outcome.status = "error"
         outcome.result = {"kind": "clock", "message": (
             f"the timed steps took {outside * 1000:.0f} ms by the checker's clock, but "
@@ -1066,15 +1091,47 @@ def _cpu_by_task(tree: processes.Tree) -> dict[str, float]:
     return used
 
 
+def _oom_kills() -> int | None:
+    """How many processes the kernel has killed for want of memory since the machine started."""
+    try:
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+_oom_at_start: int | None = None  # _oom_kills() when the run in progress started
+
+
 def _crash_message(code: int | None) -> str:
     if code is not None and code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        hint = " (out of memory?)" if name == "SIGKILL" else ""
+        hint = ""
+        if name == "SIGKILL":  # the kernel counts its out-of-memory kills: no guess either way
+            now = _oom_kills()
+            hint = (" (the system ran out of memory during the run and killed a process)"
+                    if now is not None and _oom_at_start is not None and now > _oom_at_start else
+                    " (by another process, such as one of the run's own: the system killed nothing for want of "
+                    "memory during it)" if now is not None and _oom_at_start is not None else "")
         return f"the process was killed by {name}{hint}"
     return f"the process exited with code {code} before reporting a result (sys.exit or os._exit in the lab file?)"
+
+
+def _bytes_under(folder: Path) -> int:
+    """The bytes the files under ``folder`` take on disk."""
+    total = 0
+    for top, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(top, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
 
 
 def _scratch_dir_path() -> Path:
@@ -1082,6 +1139,15 @@ def _scratch_dir_path() -> Path:
 
 
 def _scratch_dir() -> Path:
+    """``.proflab/tmp``, made if missing; the first time in a process, what checkers that died left there
+    (a SIGKILL gives them no time to clean up) is removed."""
+    global _swept
     folder = _scratch_dir_path()
     folder.mkdir(parents=True, exist_ok=True)
+    if not _swept:
+        _swept = True
+        paths.sweep_scratch(folder)
     return folder
+
+
+_swept = False

@@ -163,7 +163,10 @@ class Server:
         self.box = sandbox.Box(Path(cwd or tempfile.gettempdir()), engine, keep=("home",),
                                 expose=expose) if engine is not None else None
         # An empty folder to start in, and -P: no module is found in the folder the checker runs in.
-        self.home = str(self.box.folder("home")) if self.box else tempfile.mkdtemp(prefix="forkserver-", dir=cwd)
+        from .. import paths
+
+        self.home = str(self.box.folder("home")) if self.box else tempfile.mkdtemp(prefix=paths.owned("forkserver-"),
+                                                                                   dir=cwd)
         flags = ["-P"] if sys.version_info >= (3, 11) else []
         argv = [sys.executable, *flags, "-m", "proflab.running.forkserver", str(theirs.fileno()),
                 json.dumps(list(PRELOAD) + [m for m in self.preload if m not in PRELOAD]),

@@ -362,6 +362,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         if step == 0 and spec.get("nproc"):
             _joined(torch, int(spec["nproc"]), path)
 
+    ticks: list[float] = []  # each timed step's end, by this process's clock
     try:
         for _ in range(warmup):
             advance()
@@ -374,6 +375,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 for _ in range(timed):
                     advance()
                     prof.step()
+                    ticks.append(_clock())
                     mark(b"T")
                 sync()
                 end = _clock()
@@ -385,6 +387,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             mark(b"S")
             for _ in range(timed):
                 advance()
+                ticks.append(_clock())
                 mark(b"T")
             sync()
             end = _clock()
@@ -448,11 +451,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             except Exception:  # noqa: BLE001 - shutting down is best effort
                 pass
 
-    # Only the timed window's length, by this process's clock, is reported: the checker compares it
-    # with its own stamps, from which it takes every timing (execute._from_outside).
+    # Only the timed window's length and its steps', by this process's clock, are reported: the checker
+    # compares them with its own stamps, from which it takes every timing (execute._from_outside).
     if device.type == "cuda":  # a floor for the device's peak only: the checker reads it from the driver too
         info["device_reserved_mb"] = torch.cuda.max_memory_reserved(device) / 2**20
     return {"status": "ok", **info, "steps_done": len(kept), "window_s": end - start,
+            "step_s": [b - a for a, b in zip([start, *ticks], ticks)],
             "results": _encode(kept, torch), "trace": trace, "table": table,
             **({"answers": answers} if answers is not None else {})}
 

@@ -207,7 +207,7 @@ class Box:
 
     def __init__(self, parent: Path, engine_: Engine, keep: tuple[str, ...] = (), expose: tuple[Path, ...] = ()):
         self.engine = engine_
-        self.root = Path(tempfile.mkdtemp(prefix="box-", dir=parent)).resolve()
+        self.root = Path(tempfile.mkdtemp(prefix=paths.owned("box-"), dir=parent)).resolve()
         self.keep = ("tmp", "shm", *keep)
         for name in self.keep:
             self.folder(name)

@@ -113,8 +113,8 @@ class ProfilePlugin(OfflineTab):
                 body = answer(request.args)
             except LookupError as e:
                 return Response(json.dumps({"error": str(e)}), status=404, content_type="application/json")
-            except evidence.TraceError as e:
-                return Response(json.dumps({"error": str(e)}), status=422, content_type="application/json")
+            except (evidence.TraceError, ValueError, TypeError, KeyError, AttributeError, OSError) as e:
+                return Response(json.dumps({"error": unreadable(e)}), status=422, content_type="application/json")
             return Response(json.dumps(body), content_type="application/json")
 
         return serve
@@ -123,11 +123,20 @@ class ProfilePlugin(OfflineTab):
     def _memory_svg(self, request: Request) -> Response:
         try:
             found = memory(self._trace(request.args.get("run", "")))
+            if not found["recorded"]:
+                return Response("this run was profiled without profile_memory", status=404)
+            return Response(memory_svg(found), content_type="image/svg+xml")
         except LookupError:
             return Response("no such run", status=404)
-        if not found["recorded"]:
-            return Response("this run was profiled without profile_memory", status=404)
-        return Response(memory_svg(found), content_type="image/svg+xml")
+        except (evidence.TraceError, ValueError, TypeError, AttributeError, OSError) as e:
+            return Response(unreadable(e), status=422, content_type="text/plain; charset=utf-8")
+
+
+def unreadable(e: Exception) -> str:
+    """What a view says of a trace it cannot read (cut short, empty, not JSON, no steps): never a traceback."""
+    if isinstance(e, evidence.TraceError):
+        return str(e)
+    return f"this trace cannot be read ({type(e).__name__}: {e}): profile the run again"
 
 
 def overview(trace: evidence.Trace) -> dict[str, Any]:

@@ -14,6 +14,7 @@ Registered through the ``tensorboard_plugins`` entry point in pyproject.toml.
 from __future__ import annotations
 
 import gzip
+import zlib
 import importlib.util
 import json
 from pathlib import Path
@@ -40,21 +41,27 @@ def newest_traces(logdir: Path | None) -> dict[str, Path]:
     once per worker, as ``RUN/WORKER``."""
     if logdir is None or not logdir.is_dir():
         return {}
-    newest: dict[tuple[str, str], Path] = {}
+    newest: dict[tuple[str, str], tuple[float, Path]] = {}
     for trace in logdir.rglob(TRACE_GLOB):
+        try:  # a file only: a dangling link or a folder named like a trace hides nothing else
+            if not trace.is_file():
+                continue
+            mtime = trace.stat().st_mtime
+        except OSError:
+            continue
         key = (trace.parent.relative_to(logdir).as_posix(), trace.name.split(".", 1)[0])
-        if key not in newest or trace.stat().st_mtime > newest[key].stat().st_mtime:
-            newest[key] = trace
+        if key not in newest or mtime > newest[key][0]:
+            newest[key] = (mtime, trace)
     workers: dict[str, set[str]] = {}
     for run, worker in newest:
         workers.setdefault(run, set()).add(worker)
-    found: dict[str, Path] = {}
-    for (run, worker), trace in newest.items():
+    found: dict[str, tuple[float, Path]] = {}
+    for (run, worker), (mtime, trace) in newest.items():
         if len(workers[run]) > 1 and all(w.startswith("rank") for w in workers[run]):
-            found[f"{run}/{worker}"] = trace
-        elif run not in found or trace.stat().st_mtime > found[run].stat().st_mtime:
-            found[run] = trace
-    return dict(sorted(found.items()))
+            found[f"{run}/{worker}"] = (mtime, trace)
+        elif run not in found or mtime > found[run][0]:
+            found[run] = (mtime, trace)
+    return {run: trace for run, (_, trace) in sorted(found.items())}
 
 
 def recommended_run(logdir: Path) -> str | None:
@@ -151,7 +158,11 @@ class TimelinePlugin(OfflineTab):
         trace = self._runs().get(request.args.get("run", ""))
         if trace is None:  # only files found under the log folder are ever served
             return Response("no such run", status=404)
-        data = trace.read_bytes()
-        if trace.suffix == ".gz":
-            data = gzip.decompress(data)
+        try:
+            data = trace.read_bytes()
+            if trace.suffix == ".gz":
+                data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:  # a .gz cut short or not gzip, a file gone meanwhile
+            return Response(f"this trace cannot be read ({type(e).__name__}: {e}): profile the run again",
+                            status=422, content_type="text/plain; charset=utf-8")
         return Response(data, content_type="application/json")
