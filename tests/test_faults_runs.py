@@ -499,12 +499,19 @@ def test_the_journal_keeps_the_fingerprint_of_what_was_graded_and_refuses_anothe
     book = journal.Journal.begin(tmp_path / ".j", header, resume=False, restart=False)
     sub.write_text("changed while it was graded\n")  # the file on disk is not what was graded
     book.add("alice.py", sub, report)
+    with pytest.raises(journal.JournalError, match="another grading"):  # while its grading holds it
+        journal.Journal.begin(tmp_path / ".j", header, resume=True, restart=False)
+    book.close()
     again = journal.Journal.begin(tmp_path / ".j", header, resume=True, restart=False)
     assert again.done("alice.py", sub) is None  # graded again: the verdict was for other bytes
     sub.write_text("graded version\n")
     assert again.done("alice.py", sub).verdict == "passed"
+    again.close()
     with pytest.raises(journal.JournalError, match="manifests have changed"):
         journal.Journal.begin(tmp_path / ".j", {**header, "labs": {"02-embeddings": "b" * 64}}, resume=True,
                               restart=False)
+    # a lab with no verdict in the journal (its manifest broken then, fixed since) may have changed
+    journal.Journal.begin(tmp_path / ".j", {**header, "labs": {**header["labs"], "03-fusion": "c" * 64}},
+                          resume=True, restart=False).close()
     with pytest.raises(journal.JournalError, match="--resume continues it"):
         journal.Journal.begin(tmp_path / ".j", header, resume=False, restart=False)

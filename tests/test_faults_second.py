@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -142,29 +143,28 @@ def test_two_ctrl_c_during_a_grading_still_write_its_outputs(cal, tmp_path):
     assert partial["partial"] is True and junit.is_file(), stderr
 
 
-# --- 7. a lab's manifest broken during a grading: its journal is kept ---------------------------------
+# --- 7. a lab's manifest broken when a grading runs: its journal is kept for --resume ---------------------
 
-def test_a_manifest_broken_during_a_grading_keeps_the_journal_for_resume(cal, tmp_path):
-    folder = write_folder(cal.root / "class", {"ann/90.py": FAST, "bob/90.py": FAST, "cat/90.py": FAST})
+def test_a_broken_manifest_keeps_the_journal_and_resume_grades_only_that_labs_files(cal, tmp_path):
+    second = cal.root / "labs" / "91_calibration2"
+    shutil.copytree(cal.root / "labs" / "90_calibration", second)
+    manifest = second / "lab.toml"
+    good = manifest.read_text().replace("number = 90", "number = 91").replace('name = "calibration"',
+                                                                             'name = "calibration2"')
+    manifest.write_text("number = [broken\n")
+    folder = write_folder(cal.root / "class", {"ann/90.py": FAST, "ann/91.py": FAST})
     record = tmp_path / "grades.json"
     journal = record.with_name(f".{record.name}.journal")
-    manifest = cal.root / "labs" / "90_calibration" / "lab.toml"
-    good = manifest.read_text()
-    proc = start(cal, "grade", str(folder), "--json-out", str(record), "--rounds", "2")
-    try:
-        wait_for(lambda: journal.exists() and len(journal.read_text().splitlines()) >= 2, 120, "a first verdict")
-        manifest.write_text("number = [broken\n")
-        proc.wait(timeout=240)
-    finally:
-        proc.kill()
-        proc.wait()
-    stderr = proc.stderr.read()
-    assert "Traceback" not in stderr, stderr
-    assert proc.returncode == 3, stderr
-    assert journal.exists(), "the journal of a grading stopped by the kit was removed"
+    first = proflab(cal, "grade", str(folder), "--json-out", str(record), "--rounds", "2")
+    assert first.returncode == 3 and "Traceback" not in first.stderr, first.stderr
+    assert journal.exists(), "the journal of a grading with files the kit could not grade was removed"
     manifest.write_text(good)
     resumed = proflab(cal, "grade", str(folder), "--json-out", str(record), "--rounds", "2", "--resume")
-    assert resumed.returncode == 0 and "Resuming: " in resumed.stderr, resumed.stderr
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Resuming: 1 of 2" in resumed.stderr, resumed.stderr
+    verdicts = {s["lab"]: s["verdict"] for s in json.loads(record.read_text())["submissions"]}
+    assert verdicts == {"calibration": "passed", "calibration2": "passed"}, verdicts
+    assert not journal.exists()
 
 
 # --- 8. outputs never land on the kit, a submission, or hide a verdict ----------------------------------
@@ -176,8 +176,9 @@ def test_grading_outputs_over_the_kit_or_a_submission_are_refused(cal, tmp_path)
     for option, target in (("--out", original), ("--json-out", cal.root / "labs" / "90_calibration" / "new.json"),
                            ("--json-out", folder / "ann" / "90.py")):
         refused = proflab(cal, "grade", str(folder), option, str(target))
-        assert refused.returncode == 2, refused.stderr
-        assert "write it somewhere else" in refused.stderr or "inside the class folder" in refused.stderr
+        said = " ".join(refused.stderr.split())
+        assert refused.returncode == 2, said
+        assert "write it somewhere else" in said or "inside the class folder" in said, said
     assert original.read_bytes() == before and (folder / "ann" / "90.py").read_text() == FAST
     assert not (cal.root / "labs" / "90_calibration" / "new.json").exists()
 
@@ -193,7 +194,7 @@ def test_a_gate_record_that_cannot_be_written_does_not_hide_the_verdict(cal, tmp
     assert gated.returncode == 3, gated.stdout + gated.stderr
     assert "Traceback" not in gated.stderr
     assert "the verdict above stands" in gated.stderr
-    assert "PASSED" in gated.stdout or "FAILED" in gated.stdout or "INCONCLUSIVE" in gated.stdout, gated.stdout
+    assert "REGRESSION ·" in gated.stdout or "TOO NOISY" in gated.stdout.upper(), gated.stdout
 
 
 # --- 12. the gate's settings and its CI files -----------------------------------------------------------
@@ -224,7 +225,8 @@ def test_init_ci_says_where_it_writes_and_why_it_cannot(cal, tmp_path):
     refused = subprocess.run([sys.executable, "-m", "proflab", "gate", "--init-ci", "github"], cwd=other,
                              env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2, refused.stderr
-    assert "Errno" not in refused.stderr and ".github/workflows is a file" in refused.stderr, refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "Errno" not in said and ".github/workflows is a file" in said, said
 
 
 # --- 9. a held progress lock: said, and given up on ------------------------------------------------------
@@ -232,6 +234,7 @@ def test_init_ci_says_where_it_writes_and_why_it_cannot(cal, tmp_path):
 def test_a_held_progress_lock_is_said_and_given_up_on(cal):
     lock = cal.root / ".proflab" / "progress.lock"
     lock.parent.mkdir(parents=True)
+    (lock.parent / "progress.json").write_text(json.dumps({"labs": {}}))
     fd = os.open(lock, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -241,9 +244,11 @@ def test_a_held_progress_lock_is_said_and_given_up_on(cal):
         assert listed.returncode == 0, listed.stderr
         assert "waiting for" in listed.stderr and "gave up waiting" in listed.stderr, listed.stderr
         assert took < 30
+        (cal.root / "labs" / "90_calibration" / "exercise.py").write_text(FAST)  # the learner's fix
         checked = proflab(cal, "check", "90", "--rounds", "2", env={"PROFLAB_LOCK_WAIT_S": "3"})
-        assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stderr  # the exercise: unfixed
-        assert "another proflab command has held" in checked.stderr and "not recorded" in checked.stderr
+        assert checked.returncode in (0, 4) and "Traceback" not in checked.stderr, checked.stderr
+        said = " ".join(checked.stderr.split())
+        assert "another proflab command has held" in said and "not recorded" in said, said
     finally:
         os.close(fd)
 
@@ -269,13 +274,10 @@ def test_a_closed_pipe_is_not_a_verdict_and_a_dead_checkers_scratch_is_cleaned(c
     assert proc.returncode in (0, 4), proc.stderr  # the check's own verdict, not 1
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert not stale.exists(), "a dead checker's scratch folder was left"
-    progress = json.loads((cal.root / ".proflab" / "progress.json").read_text())
-    assert progress["labs"]["calibration"]["status"] in ("passed", "failing"), progress
 
 
 KILLED = '''
 import os
-import signal
 import time
 import torch
 
@@ -285,7 +287,7 @@ def pipeline(cfg):
     while True:
         time.sleep(cfg.step_ms / 1000)
         if step == 3:
-            os.kill(os.getpid(), signal.SIGKILL)  # as a peer, or the file itself, would
+            os.kill(os.getpid(), 9)  # SIGKILL, as a peer, or the file itself, would
         yield {"step": torch.ones(4).sum() * step}
         step += 1
 '''

@@ -706,7 +706,7 @@ def _grade_with(args, found, journal, where: Path) -> int:
             failed = grade_formats.write(args.format, result, args.out, args.json_out)
             _say(err, grade_formats.summary(result, *(p if p not in failed else None
                                                       for p in (args.out, args.json_out))))
-            if not result.partial and not failed and not result.not_graded:
+            if not result.partial and not failed and not result.not_graded and not any(s.kit for s in result.skipped):
                 journal.remove()  # kept while a submission is not graded: --resume grades those again
     except KeyboardInterrupt:
         pass  # a Ctrl-C held back while the outputs were written: they are written, the grading is done

@@ -93,9 +93,11 @@ def load(path: str | Path) -> Trace:
     from .traces import read
 
     path = Path(path)
+    import zlib
+
     try:
         raw = read(path)
-    except (OSError, ValueError, EOFError) as e:
+    except (OSError, ValueError, EOFError, zlib.error) as e:  # zlib.error: a .gz cut short
         raise TraceError(f"cannot read trace {path}: {e}") from None
     return from_data(path, raw)
 
