@@ -393,3 +393,18 @@ def test_a_mark_stamped_late_is_not_a_changed_clock_and_a_slowed_clock_still_is(
     assert not _clock_slow(steps, early_late)
     assert _clock_slow([s / 3 for s in steps], bounds)  # every step a third as long inside: a slowed clock
     assert _clock_slow(None, bounds) and _clock_slow(["x"] * 10, bounds)  # nothing to tell by: the window decides
+
+
+def test_a_full_runs_folder_costs_the_traces_not_the_verdict(cal):
+    runs = cal.root / "runs"
+    with mounted_tmpfs(runs, "200k"):
+        (runs / "filler").write_bytes(b"\0" * 150_000)
+        mine = cal.root / "fast.py"
+        mine.write_text(FAST)
+        checked = proflab(cal, "check", "90", "--file", str(mine), "--rounds", "2")
+        said = " ".join((checked.stdout + checked.stderr).split())
+        assert checked.returncode in (0, 4), said
+        assert "Exception in thread" not in said and "Traceback" not in said, said
+        assert "trace was not kept for TensorBoard" in said or "summaries were not written" in said, said
+        cut_short = [p for p in runs.rglob("*") if p.is_file() and p.name != "filler" and p.stat().st_size == 0]
+        assert cut_short == [], cut_short
