@@ -381,7 +381,7 @@ def test_lab_data_rewritten_during_a_check_is_not_graded(kit, tmp_path):
 # --- 12. a mark stamped late is not a changed clock ------------------------------------------------------
 
 def test_a_mark_stamped_late_is_not_a_changed_clock_and_a_slowed_clock_still_is():
-    from proflab.running.execute import _clock_slow
+    from proflab.running.marks import _clock_slow
 
     steps = [0.01] * 10
     bounds = [0.0]

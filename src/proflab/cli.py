@@ -23,8 +23,6 @@ import math
 import os
 import signal
 import sys
-import threading
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -32,91 +30,18 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__, atomic, errors, labs, paths, progress
+from . import __version__, errors, labs, paths, progress
 from .grading import checks
-from .running import execute, processes, sandbox, slots
+from .running import sandbox, slots
 from .reporting import report, summaries
 from .viewing import tensorboard
-from .measuring import stats, traces
-
-USAGE_ERROR = 2
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
-
-
-class UsageError(Exception):
-    pass
+from .commands.common import (KIT_ERROR, USAGE_ERROR, UsageError, _audited, _lab, _lab_and_file, _label, _say,
+                              _say_unsandboxed, _status, _summaries, err, out)
+from .commands.grading import _param, cmd_gate, cmd_grade
+from .commands.running import cmd_run
 
 
 # --- helpers -----------------------------------------------------------------
-
-def _lab(name: str) -> labs.Lab:
-    try:
-        return labs.resolve(name)
-    except labs.LabNotFound as e:
-        raise UsageError(str(e)) from None
-    except labs.ManifestError as e:
-        # The kit's mistake, not a usage error: exit 3, as when the kit cannot grade.
-        problems = str(e).splitlines()
-        said = problems[0] if len(problems) == 1 else "\n" + "\n".join(f"  {line}" for line in problems)
-        raise errors.KitError(f"a lab manifest is broken: {said}") from None
-
-
-def _lab_and_file(target: str, file: str | None, version: str = "exercise") -> tuple[labs.Lab, Path]:
-    """``1``, ``dataloader`` or a path to a lab file; ``--file`` overrides the file."""
-    as_path = Path(target)
-    if target.endswith(".py") or as_path.is_file():
-        if not as_path.is_file():
-            raise UsageError(f"{target}: no such file")
-        lab = labs.find_by_file(as_path)
-        if lab is None and (as_path.resolve().parent / "lab.toml").is_file():
-            lab = _lab(as_path.resolve().parent.name)  # a lab whose manifest is broken says so
-        if lab is None:
-            raise UsageError(f"{target} is not inside a lab folder; name the lab: proflab run LAB --file {target}")
-        return lab, as_path.resolve()
-    lab = _lab(target)
-    if file:
-        path = Path(file)
-        if not path.is_file():
-            raise UsageError(f"{file}: no such file")
-        return lab, path.resolve()
-    chosen = {"exercise": lab.exercise, "original": lab.original, "solution": lab.solution}[version]
-    if not chosen.exists():
-        restore = (f"`proflab reset {lab.number}` hands out a fresh copy of the exercise" if version == "exercise"
-                   else f"`git checkout -- {paths.display(chosen)}` restores it")
-        raise UsageError(f"{paths.display(chosen)} is missing: {restore}")
-    if chosen.is_dir():
-        raise errors.KitError(f"{paths.display(chosen)} is a folder, not a file: move it aside, then "
-                              f"`proflab reset {lab.number}` restores the exercise")
-    return lab, chosen
-
-
-def _audited() -> bool:
-    """The source audit is on unless PROFLAB_AUDIT=off in the checker's own environment (the kit's tests
-    use it to exercise the checks behind the audit); ``proflab grade`` always audits."""
-    return os.environ.get("PROFLAB_AUDIT", "on").lower() != "off"
-
-
-def _label(lab: labs.Lab, file: Path) -> str:
-    """The run name a version gets under runs/<lab>/."""
-    file = file.resolve()
-    if file == lab.exercise.resolve():
-        return "yours"
-    if file == lab.solution.resolve():
-        return "reference"
-    if file == lab.original.resolve():
-        return "original"
-    stem = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in file.stem)
-    return f"file-{stem}"
-
-
-@contextmanager
-def _status(message: str, enabled: bool = True):
-    if not enabled or not err.is_terminal:  # a log: only a wait for a turn at the machine is said, once a line
-        yield lambda text: err.print(escape(text)) if text.startswith(slots.WAITING) else None
-        return
-    with err.status(message) as live:
-        yield lambda text: live.update(text)
 
 
 # --- commands ----------------------------------------------------------------
@@ -158,181 +83,6 @@ def cmd_list(args) -> int:
     return 0
 
 
-PRINTED_LINES_SHOWN = 10  # the tail of what a profiled lab file printed
-RUN_OUTPUT_CHARS = 256_000  # what `proflab run` keeps of a program's output (a table with every row fits)
-
-
-def cmd_run(args) -> int:
-    lab, file = _lab_and_file(args.lab, args.file, args.version)
-    if lab.gating is not None:
-        target = _lab(lab.gating.lab)
-        raise UsageError(f"lab {lab.number}'s {file.name} holds a gate's settings, not a pipeline to profile; "
-                         f"try them: proflab gate {paths.display(target.exercise)} --baseline "
-                         f"{paths.display(target.original)} --config {paths.display(file)}")
-    label = _label(lab, file)
-    w = lab.workload
-    doing = (f"Running {file.name}: {w.warmup_steps + w.timed_steps} steps, profiled by your own code…"
-             if lab.profiling else f"Profiling {file.name}: {w.warmup_steps} warm-up, {w.timed_steps} timed, "
-                                   f"{w.profile_steps} profiled steps…")
-    with _status(doing) as update, checks.workspace("run-") as work, slots.turn(update):
-        copy = checks.snapshot(file, work / "file")  # what is profiled, even if the file is saved meanwhile
-        outcome = execute.run(lab, copy, label, device=args.device, trace_dir=work / "trace", table=True,
-                              # a distributed lab's shapes give the bytes each all-reduce sends
-                              record_shapes=args.record_shapes or lab.distributed is not None,
-                              # a lab about memory profiles it always
-                              profile_memory=args.profile_memory or bool(lab.leaner),
-                              with_stack=args.with_stack, timeout_s=args.timeout, workdir=file.parent,
-                              shown_as=file, output_chars=RUN_OUTPUT_CHARS)
-        for key in ("traceback", "message", "file"):
-            if isinstance(outcome.result.get(key), str):
-                outcome.result[key] = outcome.result[key].replace(str(copy), str(file))
-        if outcome.ok and outcome.result.get("rank_traces"):  # a torchrun job: every rank's, one worker each
-            published = traces.publish_all([t for t in outcome.result["rank_traces"] if t], checks.trace_dir(lab, label))
-            outcome.result["rank_traces"] = [str(t) for t in published]
-            outcome.result["trace"] = str(published[0])
-        elif outcome.ok and outcome.result.get("trace"):
-            outcome.result["trace"] = str(traces.publish(outcome.result["trace"], checks.trace_dir(lab, label)))
-    if outcome.status == "kit":
-        raise errors.KitError(outcome.result["message"])
-    r = outcome.result
-    if outcome.ok:
-        out.print(f"[bold]Lab {lab.number} · {escape(lab.title)}[/] — {escape(paths.display(file))} on "
-                  f"{r['device']} [dim](torch {r['torch']}, {r['threads']} threads)[/]", soft_wrap=True)
-    printed = outcome.stdout.rstrip().splitlines()
-    if printed:
-        # Lab 0's output is the learner's own table: all of it; elsewhere the tail, or all with --verbose.
-        shown = len(printed) if lab.profiling or args.verbose else PRINTED_LINES_SHOWN
-        hidden = len(printed) - shown
-        out.print("[dim]Your program printed" + (f" ({hidden} earlier lines not shown; --verbose shows them):[/]"
-                                                 if hidden > 0 else ":[/]"))
-        out.print(escape("\n".join(printed[-shown:])), soft_wrap=True)
-    if not outcome.ok:
-        check = checks.Check("runs", "It runs", "")
-        checks.runtime_failure(check, outcome, lab, args.timeout or w.timeout_s)
-        err.print(f"[red]✗[/] {report.shown(check.rationale)}")
-        for line in check.details:
-            err.print(f"  [dim]{report.shown(line)}[/]")
-        if check.actual:
-            err.print(f"  {report.shown(check.actual)}")
-        if args.verbose and outcome.result.get("traceback"):
-            err.print(report.shown(outcome.result["traceback"]))
-        elif outcome.result.get("traceback"):
-            err.print("  [dim](--verbose shows the full traceback)[/]")
-        return 1
-    table = r.get("table") or {}
-    if table:
-        of_rank = f" of rank 0 (of {r['ranks']})" if r.get("ranks") else ""
-        out.print(f"\n[dim]prof.key_averages().table(sort_by=\"{table['sort_by']}\") over the profiled steps"
-                  f"{of_rank}:[/]")
-        out.print(escape(table["text"]), soft_wrap=True)
-        if r.get("rank_traces"):
-            _communication(r["rank_traces"])
-        elif r.get("trace"):
-            _memory_kept(r["trace"]) if lab.leaner else _host_reads(r["trace"])
-    if r.get("memory"):
-        m = r["memory"]
-        peak = f"{m['peak_mb']:.0f} MB" if m.get("peak_mb") is not None else "not readable here"
-        out.print(f"[dim]Peak memory of the run, read from outside it ({escape(m.get('measured', ''))}):[/] {peak}",
-                  soft_wrap=True)
-    times = r["step_times"]
-    out.print(f"Step time over {len(times)} timed steps: median {stats.median(times) * 1000:.1f} ms, "
-              f"half of the steps within {stats.quantile(times, 0.25) * 1000:.1f}–"
-              f"{stats.quantile(times, 0.75) * 1000:.1f} ms (mean {r['mean_step_s'] * 1000:.1f} ms) "
-              + ("(profiler off while timing)" if not lab.profiling else
-                 "(with your profiler, as your file runs it)" if r.get("traces_found") else
-                 "(no profiler ran: your code wrote no trace yet)"))
-    cpu_ms = 1000 * r["cpu_window_s"] / len(times) if r.get("cpu_window_s") is not None and times else None
-    if cpu_ms is not None:
-        out.print(f"[dim]CPU time of the run's processes and threads (from /proc): {cpu_ms:.1f} ms per step"
-                  + (" — what this lab's check compares on this device" if lab.figure(r["device"]) == "cpu_time"
-                     else "") + "[/]")
-    _against_original(lab, label, r, cpu_ms)
-    _summaries(lambda: summaries.write_step_times(lab, label, r["step_times"]))
-    progress.safely(lambda: progress.remember_run(lab.slug, label),
-                    "the run was not remembered for proflab tensorboard")
-    if r.get("rank_traces"):
-        for rank, trace in enumerate(r["rank_traces"]):
-            size = Path(trace).stat().st_size / 1e6
-            out.print(f"Trace of rank {rank}: {escape(paths.display(trace))} ({size:.1f} MB)")
-        out.print(f"Open them: [bold]proflab tensorboard[/]   [dim](run '{lab.slug}/{label}', one worker per "
-                  "rank)[/]")
-    elif r.get("trace"):
-        size = Path(r["trace"]).stat().st_size / 1e6
-        out.print(f"Trace: {escape(paths.display(r['trace']))} ({size:.1f} MB)")
-        out.print(f"Open it: [bold]proflab tensorboard[/]   [dim](run '{lab.slug}/{label}')[/]")
-    return 0
-
-
-def _against_original(lab, label: str, r: dict, cpu_ms: float | None) -> None:
-    """Remember this run's steps, and, for a version other than the original, say how it compares with the
-    original's last run on the same device: by how much, and whether that is beyond the two runs' noise."""
-    figures = {"step_times": list(r["step_times"]), "device": r["device"], "cpu_ms": cpu_ms}
-    progress.safely(lambda: progress.remember_steps(lab.slug, label, figures),
-                    "this run's step times were not remembered")
-    if label == "original" or lab.profiling:
-        return
-    before = progress.remembered_steps(lab.slug, "original")
-    if not before or before.get("device") != r["device"] or not before["step_times"] or not r["step_times"]:
-        out.print(f"[dim]To compare: proflab run {lab.name} --version original, then this file again; "
-                  f"proflab check {lab.name} measures both in paired rounds.[/]")
-        return
-    ratio = stats.median(before["step_times"]) / max(stats.median(r["step_times"]), 1e-12)
-    low, high = stats.ratio_interval(before["step_times"], r["step_times"])
-    how = f"{ratio:.2f}× the original's speed" if ratio >= 1 else f"{1 / ratio:.2f}× slower than the original"
-    if low > 1 or high < 1:
-        verdict = "beyond the noise of the two runs"
-    else:
-        verdict = ("within the noise of the two runs: they cannot tell these apart (a busy machine moves "
-                   "single runs); proflab check measures paired rounds")
-    out.print(f"Against the original's last run (median {stats.median(before['step_times']) * 1000:.1f} ms): "
-              f"{how}, 95% interval {low:.2f}–{high:.2f}×, {verdict}", soft_wrap=True)
-    if cpu_ms and before.get("cpu_ms") and lab.figure(r["device"]) == "cpu_time":
-        out.print(f"[dim]In CPU time: {before['cpu_ms']:.1f} → {cpu_ms:.1f} ms per step "
-                  f"({before['cpu_ms'] / cpu_ms:.2f}×)[/]")
-
-
-def _communication(rank_traces: list[str]) -> None:
-    """Under the table of a distributed job: each rank's all-reduce calls and time spent talking per step."""
-    from .measuring import breakdown, evidence
-
-    for rank, path in enumerate(rank_traces):
-        try:
-            trace = evidence.load(path)
-        except (evidence.TraceError, OSError):
-            continue
-        calls, b = evidence.allreduce_calls(trace), breakdown.of(trace)
-        share = b.comm_ms / b.step_ms if b.step_ms else 0.0
-        out.print(f"[dim]Rank {rank}, per profiled step:[/] {escape(calls.summary)}; communication "
-                  f"{b.comm_ms:.1f} ms of {b.step_ms:.1f} ms ({share:.0%})  [dim](TensorBoard › Profile › "
-                  "Overview, each rank)[/]", soft_wrap=True)
-
-
-def _host_reads(trace_path: str) -> None:
-    """One line under the table for what its first rows may leave out: the host reads per step."""
-    from .measuring import evidence
-
-    try:
-        reads = evidence.host_syncs(evidence.load(trace_path))
-    except (evidence.TraceError, OSError):
-        return
-    if reads.value > 0:
-        out.print(f"[dim]Host reads per profiled step:[/] {escape(reads.summary)}  "
-                  "[dim](every row: TensorBoard › Profile › Operators)[/]", soft_wrap=True)
-
-
-def _memory_kept(trace_path: str) -> None:
-    """One line under the table of a lab about memory: what each profiled step leaves allocated."""
-    from .measuring import evidence, memory
-
-    try:
-        kept = memory.growth(evidence.load(trace_path))
-    except (evidence.TraceError, OSError) as e:
-        out.print(f"[dim]Memory per profiled step: none recorded ({escape(str(e))})[/]", soft_wrap=True)
-        return
-    out.print(f"[dim]Memory left allocated per profiled step:[/] {escape(kept.summary)}  "
-              "[dim](the curve: TensorBoard › Profile › Memory)[/]", soft_wrap=True)
-
-
 def cmd_check(args) -> int:
     lab, file = _lab_and_file(args.lab, args.file)
     label = _label(lab, file)
@@ -365,13 +115,6 @@ def cmd_check(args) -> int:
         report.render(result, out, verbose=args.verbose)
     return result.exit_code
 
-
-def _summaries(write) -> None:
-    """Summaries are a view of the verdict; failing to draw them never loses it."""
-    try:
-        write()
-    except Exception as e:  # noqa: BLE001
-        err.print(f"[yellow]![/] TensorBoard summaries were not written: {escape(str(e))}")
 
 
 def cmd_hint(args) -> int:
@@ -576,26 +319,6 @@ def cmd_data(args) -> int:
     return 0 if all(item.ok for item in done) else 3
 
 
-def _say_unsandboxed() -> None:
-    """Said once, before a check whose runs go unsandboxed: its grade rests on the file keeping to itself."""
-    engine = sandbox.engine()
-    if not engine.ok:
-        err.print(f"[yellow]note:[/] this grade is unsandboxed: {escape(engine.why)}. Your file runs with your "
-                  "own rights; `proflab doctor` says more.")
-
-
-def _refuse_unsandboxed(args, command: str) -> None:
-    """grade and gate: a verdict others rely on needs the sandbox, or the user's say-so (--unsandboxed)."""
-    engine = sandbox.engine()
-    if engine.ok:
-        return
-    if not args.unsandboxed:
-        raise UsageError(f"runs cannot be sandboxed on this machine ({engine.why}). `proflab {command}` runs "
-                         "other people's code: install bubblewrap, or accept unsandboxed runs with "
-                         "--unsandboxed (the records then say so)")
-    err.print(f"[yellow]note:[/] runs are unsandboxed ({escape(engine.why)}); every record says so.")
-
-
 def cmd_doctor(args) -> int:
     """What this machine gives the kit: the sandbox, torch, the device."""
     engine = sandbox.engine()
@@ -619,215 +342,6 @@ def cmd_doctor(args) -> int:
         if not engine.ok:
             out.print("[yellow]Checks run unsandboxed here; `proflab grade` and `proflab gate` need --unsandboxed.[/]")
     return 0 if engine.ok else 1
-
-
-def cmd_grade(args) -> int:
-    from .grading import grade
-    from .reporting import grade_formats
-
-    _refuse_unsandboxed(args, "grade")
-    try:
-        known = labs.discover()
-        only = labs.resolve(args.lab, known) if args.lab else None
-        found = grade.find(Path(args.folder), only, known)
-        refused = grade_formats.refusal(args.format, found, args.folder, (args.out, args.json_out))
-        if refused:
-            raise UsageError(refused)
-        with _status("Preparing lab data…"):
-            grade.prepare_data(found)
-    except (labs.ManifestError, grade.KitError) as e:
-        broken = "a lab manifest is broken: " if isinstance(e, labs.ManifestError) else ""
-        err.print(f"[red]proflab:[/] cannot grade: {broken}{escape(str(e))}")
-        return 3
-    except (labs.LabNotFound, grade.GradeError) as e:
-        raise UsageError(str(e)) from None
-    if not found.submissions:
-        nothing = grade.grade(found)
-        failed = grade_formats.write(args.format, nothing, args.out, args.json_out)
-        _say(err, grade_formats.summary(nothing, *(p if p not in failed else None for p in (args.out, args.json_out))))
-        raise UsageError(f"nothing to grade in {args.folder}: no file there names a lab")
-    from .grading.journal import Journal, JournalError, location
-
-    where = location(Path(args.folder), args.out, args.json_out)
-    header = {"folder": str(Path(args.folder).resolve()), "lab": only.number if only else None,
-              "device": args.device, "rounds": args.rounds, "timeout": args.timeout,
-              "labs": {lab.slug: labs.sha256(lab.folder / "lab.toml") for lab in known}}
-    try:
-        journal = Journal.begin(where, header, resume=args.resume, restart=args.restart)
-    except JournalError as e:
-        raise UsageError(str(e)) from None
-    stop = _StopOnce()
-    held = ({sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-            if threading.current_thread() is threading.main_thread() else {})
-    try:
-        return _grade_with(args, found, journal, where)
-    finally:
-        journal.close()
-        for sig, handler in held.items():
-            signal.signal(sig, handler)
-
-
-class _StopOnce:
-    """A grading's Ctrl-C (or SIGTERM, SIGHUP): the first stops it; those after it, while the run in progress
-    is stopped and the outputs are written, are the same stop, and change nothing (two Ctrl-C 0.3 s apart
-    once left no outputs)."""
-
-    def __init__(self):
-        self.stopping = False
-
-    def __call__(self, signum, frame):
-        if not self.stopping:
-            self.stopping = True
-            raise KeyboardInterrupt
-
-
-def _grade_with(args, found, journal, where: Path) -> int:
-    from .grading import grade
-    from .reporting import grade_formats
-
-    if journal.note:
-        err.print(f"[yellow]proflab:[/] {escape(journal.note)}")
-    done = sum(journal.done(sub.shown, sub.path) is not None for sub in found.submissions)
-    if done:
-        err.print(f"Resuming: {done} of {len(found.submissions)} verdicts are taken from "
-                  f"{escape(paths.display(where))}; grading the other {len(found.submissions) - done}.")
-    else:
-        err.print(f"[dim]Each verdict is saved in {escape(paths.display(where))} as it is made; if the grading "
-                  "stops, run the same command with --resume.[/]")
-    results: list[grade.Result] = []
-    try:
-        with _status(f"Grading {len(found.submissions) - done} submissions, one at a time…") as update:
-            shown = grade_formats.Progress(err, update, verbose=args.verbose)
-            results.append(grade.grade(found, device=args.device, rounds=args.rounds, timeout_s=args.timeout,
-                                      on_start=shown.start, on_progress=shown.step, on_done=shown.done,
-                                      journal=journal))
-    except (OSError, ValueError, KeyboardInterrupt):  # the terminal went away as the status line closed
-        if not results:
-            raise
-    result = results[0]
-    try:
-        with processes.shielded():  # the outputs are written whole, even on a second Ctrl-C
-            failed = grade_formats.write(args.format, result, args.out, args.json_out)
-            _say(err, grade_formats.summary(result, *(p if p not in failed else None
-                                                      for p in (args.out, args.json_out))))
-            if not result.partial and not failed and not result.not_graded and not any(s.kit for s in result.skipped):
-                journal.remove()  # kept while a submission is not graded: --resume grades those again
-    except KeyboardInterrupt:
-        pass  # a Ctrl-C held back while the outputs were written: they are written, the grading is done
-    if result.partial:
-        return 130
-    if failed:
-        raise UsageError("; ".join(failed.values()))
-    return KIT_ERROR if result.not_graded or any(s.kit for s in result.skipped) else 0
-
-
-GATE_SETTINGS = ("file", "baseline", "against", "lab", "batch_size", "seed", "data_dir", "warmup_steps",
-                 "timed_steps", "profile_steps", "rounds", "max_rounds", "budget_s", "timeout_s", "max_slowdown",
-                 "device", "threads", "trace_dir", "measure")
-
-
-def _param(text: str) -> tuple[str, object]:
-    """``--param KEY=VALUE``: VALUE read as TOML reads it (512, 0.1, true, "text"), else as a string."""
-    from .labs import tomllib
-
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip().isidentifier():
-        raise argparse.ArgumentTypeError(f"'{text}': give KEY=VALUE, like hidden=512")
-    try:
-        return key.strip(), tomllib.loads(f"v = {value}")["v"]
-    except tomllib.TOMLDecodeError:
-        return key.strip(), value
-
-
-def cmd_gate(args) -> int:
-    from .grading import gate, gate_ci, gate_config
-    from .reporting import gate_report
-    from .running import revision
-
-    if not args.init_ci:
-        _refuse_unsandboxed(args, "gate")
-    if args.init_ci:
-        try:  # CI reads its job files at the repository's top, wherever the command is run from
-            top = Path(revision._git(["rev-parse", "--show-toplevel"], Path.cwd()))
-        except revision.RevisionError:
-            top = Path.cwd()
-            err.print(f"[yellow]proflab:[/] {escape(paths.display(top))} is not inside a git repository: the job "
-                      "files go here, and CI reads them at the top of the repository this folder becomes "
-                      "(the gate's --against needs git history too)")
-        try:  # the traces the job keeps are where the project's settings put them
-            kept = Path(gate_config.settings({}, Path(args.config) if args.config else None).trace_dir)
-            trace_dir = kept.resolve().relative_to(top.resolve()).as_posix()
-        except (gate_config.GateConfigError, ValueError):
-            trace_dir = gate_config.KEYS["trace_dir"].default
-        try:
-            written = gate_ci.write(args.init_ci, top, kit=args.kit, file=args.file, trace_dir=trace_dir)
-        except FileExistsError as e:
-            raise UsageError(str(e)) from None
-        except OSError as e:
-            raise UsageError(errors.describe(e, "write")) from None
-        for path in written:
-            out.print(f"[green]✓[/] wrote {escape(paths.display(top / path))}")
-        if args.init_ci == "gitlab" and gate_ci.GITLAB_MAIN not in written:
-            out.print(f"Add to {gate_ci.GITLAB_MAIN}: [bold]{escape(gate_ci.GITLAB_INCLUDE.strip())}[/]")
-        out.print(f"The job reads the gate's settings from pyproject.toml's {escape('[tool.proflab.gate]')}; run "
-                  "[bold]proflab gate --against main[/] here first to see what it will say.")
-        return 0
-    given = {name: getattr(args, name, None) for name in GATE_SETTINGS}
-    given["device"] = None if args.device == "auto" else args.device
-    given["timeout_s"] = args.timeout
-    given["allow_different_results"] = True if args.allow_different_results else None
-    try:
-        s = gate_config.settings(given, Path(args.config) if args.config else None)
-        if args.param:
-            s = gate_config.Settings({**s.values, "params": {**s.params, **dict(args.param)}},
-                                     {**s.source, "params": "command line"}, s.root)
-    except gate_config.GateConfigError as e:
-        raise UsageError(str(e)) from None
-    if not s.file:
-        raise UsageError("name the pipeline file to gate: proflab gate FILE --baseline OTHER (or --against main), "
-                         "or file = \"...\" under [tool.proflab.gate] in pyproject.toml")
-    if not s.baseline and not s.against:
-        raise UsageError(f"what should {Path(s.file).name} be measured against? --baseline FILE, or --against REV "
-                         "(a git revision: main, HEAD~1); or baseline/against under [tool.proflab.gate]")
-    for name in ("file", "baseline"):
-        if s.values.get(name) and not Path(s.values[name]).is_file():
-            raise UsageError(f"{paths.display(Path(s.values[name]))}: no such file ({name})")
-    if s.lab is not None:
-        chosen = _lab(str(s.lab))
-        kind = ("its exercise is a gate's settings, not a pipeline" if chosen.gating is not None else
-                "its learner's file profiles itself" if chosen.profiling is not None else
-                "it runs as a torchrun job, which the gate does not run yet" if chosen.distributed is not None
-                else "")
-        if kind:
-            able = [str(x.number) for x in labs.discover()
-                    if x.gating is None and x.profiling is None and x.distributed is None]
-            raise UsageError(f"lab {chosen.number} cannot be gated: {kind}; --lab takes the workload of a lab "
-                             f"whose files are pipelines the kit profiles ({', '.join(able)})")
-    for path in filter(None, (args.junit, args.json_out)):
-        if paths.kit_owned(path) or Path(path).is_dir():
-            raise UsageError(paths.kit_owned(path) or f"{path} is a folder; --junit and --json-out take a file name")
-    against = paths.display(Path(s.baseline)) if s.baseline else s.against
-    try:
-        with _status(f"Gating {Path(s.file).name} against {against}…") as update:
-            result = gate.run(s, on_progress=update)
-    except revision.RevisionError as e:
-        raise UsageError(str(e)) from None
-    if args.json:
-        print(gate_report.to_json(result))
-    else:
-        gate_report.render(result, out, verbose=args.verbose)
-    unwritten = []  # the verdict is said first: a file that cannot be written never hides it
-    for path, write in ((args.junit, gate_report.to_junit), (args.json_out, gate_report.to_json)):
-        if path:
-            try:
-                atomic.write_text(path, write(result))
-            except OSError as e:
-                unwritten.append(errors.describe(e, "write"))
-    if unwritten:
-        _say(err, f"[red]proflab:[/] {escape('; '.join(unwritten))} (the verdict above stands; the kit could "
-                  "not write its record: exit 3)")
-        return KIT_ERROR
-    return result.exit_code
 
 
 def cmd_quickstart(args) -> int:
@@ -1002,19 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-KIT_ERROR = 3
-
-
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
-
-
-def _say(console: Console, text: str) -> None:
-    """A last line that may have nowhere to go (the terminal was closed): never an error of its own."""
-    try:
-        console.print(text)
-    except (OSError, ValueError):
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ manifest names the one that proves its fix.
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -45,16 +46,25 @@ class Trace:
     events: list[Event]
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
-    @property
+    @functools.cached_property
     def steps(self) -> list[Event]:
         """The profiled steps on the host; on CUDA the trace also holds each step's range on the device
-        (``gpu_user_annotation``), which is the same step again."""
+        (``gpu_user_annotation``), which is the same step again. (Found once: a trace's events do not change.)"""
         return sorted((e for e in self.events if e.name.startswith("ProfilerStep#") and not e.cat.startswith("gpu_")),
                       key=lambda e: e.ts)
 
     def within_steps(self, predicate: Callable[[Event], bool]) -> list[Event]:
+        """The events ``predicate`` keeps that start inside a profiled step (found by bisection: a trace of
+        thousands of steps is read in one pass)."""
         steps = self.steps
-        return [e for e in self.events if predicate(e) and any(s.ts <= e.ts < s.end for s in steps)]
+        starts = [s.ts for s in steps]
+        found = []
+        for e in self.events:
+            if predicate(e):
+                i = bisect.bisect_right(starts, e.ts) - 1
+                if i >= 0 and e.ts < steps[i].end:  # the steps follow one another: the last to start before it
+                    found.append(e)
+        return found
 
     @property
     def on_cuda(self) -> bool:

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
-from collections import OrderedDict, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +31,10 @@ from tensorboard.plugins import base_plugin
 from werkzeug import Request, Response, wrappers
 
 from ..measuring import breakdown, evidence, operators
+from . import loading
 from .timeline import OfflineTab, open_route
 
 STATIC = Path(__file__).resolve().parent / "dashboard_static"
-CACHED_TRACES = 3  # a trace of thousands of tiny operators holds hundreds of MB once parsed
 
 # A part of the step this large gets a recommendation (shares of the host time per step).
 ADVICE = {
@@ -69,8 +67,6 @@ class ProfilePlugin(OfflineTab):
 
     def __init__(self, context: base_plugin.TBContext):
         super().__init__(context)
-        self._cache: OrderedDict[tuple[str, float], evidence.Trace] = OrderedDict()
-        self._lock = threading.Lock()
 
     def get_plugin_apps(self):
         return {
@@ -78,7 +74,8 @@ class ProfilePlugin(OfflineTab):
             "/index.html": self._static("index.html", "text/html"),
             "/runs": self._json(lambda args: list(self._runs())),
             "/open": open_route(self.logdir),
-            "/overview": self._json(lambda args: overview(self._trace(args.get("run", "")))),
+            "/overview": self._json(lambda args: self._overview(args.get("run", ""))),
+            "/about": self._json(lambda args: self._about(args.get("run", ""))),
             "/operators": self._json(lambda args: [r.as_dict() for r in operators.table(
                 self._trace(args.get("run", "")), per_step=args.get("per", "step") == "step")]),
             "/diff": self._json(lambda args: {
@@ -89,21 +86,25 @@ class ProfilePlugin(OfflineTab):
             "/memory.svg": self._memory_svg,
         }
 
-    def _trace(self, run: str) -> evidence.Trace:
+    def _loaded(self, run: str) -> tuple[Path, loading.Loaded]:
         path = self._runs().get(run)
         if path is None:  # only traces found under the log folder are ever read
             raise LookupError(f"no run {run!r}")
-        key = (str(path), path.stat().st_mtime)
-        with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return self._cache[key]
-        trace = evidence.load(path)
-        with self._lock:
-            self._cache[key] = trace
-            while len(self._cache) > CACHED_TRACES:
-                self._cache.popitem(last=False)
-        return trace
+        return path, loading.load(path)
+
+    def _trace(self, run: str) -> evidence.Trace:
+        path, loaded = self._loaded(run)
+        return loaded.trace(path)
+
+    def _overview(self, run: str) -> dict[str, Any]:
+        path, loaded = self._loaded(run)
+        return {**overview(loaded.trace(path)), "window": loaded.window}
+
+    def _about(self, run: str) -> dict[str, Any]:
+        path = self._runs().get(run)
+        if path is None:
+            raise LookupError(f"no run {run!r}")
+        return loading.about(path)
 
     @staticmethod
     def _json(answer):

@@ -140,6 +140,7 @@ class TimelinePlugin(OfflineTab):
             "/runs": self._runs_route,
             "/open": open_route(self.logdir),
             "/trace": self._trace_route,
+            "/about": self._about_route,
         }
 
     @wrappers.Request.application
@@ -158,11 +159,24 @@ class TimelinePlugin(OfflineTab):
         trace = self._runs().get(request.args.get("run", ""))
         if trace is None:  # only files found under the log folder are ever served
             return Response("no such run", status=404)
+        from . import loading
+
         try:
+            if loading.about(trace)["large"]:  # a window of its steps, parsed once (loading)
+                return Response(loading.load(trace).body(), content_type="application/json")
             data = trace.read_bytes()
             if trace.suffix == ".gz":
                 data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:  # a .gz cut short or not gzip, a file gone meanwhile
+        except (OSError, EOFError, zlib.error, ValueError) as e:  # a .gz cut short, a file gone meanwhile
             return Response(f"this trace cannot be read ({type(e).__name__}: {e}): profile the run again",
                             status=422, content_type="text/plain; charset=utf-8")
         return Response(data, content_type="application/json")
+
+    @wrappers.Request.application
+    def _about_route(self, request: Request) -> Response:
+        from . import loading
+
+        trace = self._runs().get(request.args.get("run", ""))
+        if trace is None:
+            return Response("no such run", status=404)
+        return Response(json.dumps(loading.about(trace)), content_type="application/json")

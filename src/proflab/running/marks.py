@@ -1,0 +1,353 @@
+"""What the checker sees of a run from outside: its marks, stamped with the checker's clock, and the CPU
+time of its processes and threads, read from ``/proc``.
+
+The runner writes a mark at every step through a pipe (``B`` before the first step, ``W`` after each warm-up
+step, ``S``, a ``T`` after each timed step, ``E``, ``P`` and ``Q`` around each profiled step, ``C`` and ``c``
+around each compilation, ``H`` and the trace's SHA-256). A thread of the checker stamps each as it arrives
+(``_read_marks``); at ``B``, the first ``W``, ``S`` and ``E`` the run waits stopped while its CPU time is read.
+``_from_outside`` then replaces the run's own timings by these stamps, and fails a run whose marks or clock
+disagree with them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import processes, sandbox
+
+Outcome = Any  # execute.Outcome: a run's status and result, which _from_outside rewrites from the stamps
+
+# The window the runner reports may be shorter than the one seen from here by
+# scheduling jitter only: a quarter, and 20 ms, is far beyond that.
+CLOCK_SLACK = 0.75
+CLOCK_SLACK_S = 0.02
+
+
+@dataclass
+class Marks:
+    """What the checker saw of a run from outside: each mark stamped with its own clock."""
+
+    stamps: list[tuple[str, float]] = field(default_factory=list)
+    trace_sha256: str | None = None
+    cpu: dict[str, dict[str, float]] = field(default_factory=dict)  # at "S" and "E": CPU seconds per thread/process
+    wall: dict[str, float] = field(default_factory=dict)  # the wall clock (time.time) at "B" and "E"
+    busy: list[float] = field(default_factory=list)  # at each "C" and "c": CPU seconds the whole run had used
+    total: dict[str, float] = field(default_factory=dict)  # at "B", the first "W", "S" and "E": the run's CPU seconds
+
+    def times(self, code: str) -> list[float]:
+        return [t for c, t in self.stamps if c == code]
+
+
+PAUSE_MARKS = "BWSE"  # the marks after which the run stops itself until its CPU time is read (first time each)
+PAUSE_WAIT_S = 0.5  # how long the checker waits for a run to stop itself at such a mark
+TREE_WAIT_S = 2.0  # how long a mark may wait for the run's process tree to be known
+
+
+def _paused(child: dict, code: str, seen: set[str]) -> int | None:
+    """At a pausing mark (its first time), the run's own process once it has stopped itself (None for
+    another mark, or a process that is not found): read it, then continue it (``_resume``)."""
+    if code not in PAUSE_MARKS or code in seen:
+        return None
+    seen.add(code)
+    deadline = time.perf_counter() + TREE_WAIT_S
+    while "tree" not in child and time.perf_counter() < deadline:
+        time.sleep(0.001)
+    if "tree" not in child:
+        return None
+    pid = _run_process(child["tree"])
+    deadline = time.perf_counter() + PAUSE_WAIT_S
+    while time.perf_counter() < deadline:
+        info = processes.stat(pid)
+        if info is None or info[4] in ("T", "t", "Z", "X"):
+            break
+        time.sleep(0.0002)
+    return pid
+
+
+def _resume(pid: int | None) -> None:
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+
+
+def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
+    """Stamp every mark the runner writes with this process's clock, until the pipe closes.
+
+    At the first step's start and end, and when the timed window opens and
+    closes, the CPU time of every thread and process of the run is read from
+    /proc, from here, while the run waits stopped (``PAUSE_MARKS``); it is
+    continued once read, and the time it waited is left out of the stamps.
+    """
+    seen: set[str] = set()
+    held = 0.0  # the time the run has waited stopped so far: left out of every later stamp
+    with os.fdopen(fd, "rb", buffering=0) as pipe:
+        while chunk := pipe.read(1):
+            arrived = time.perf_counter()
+            now = arrived - held
+            code = chunk.decode("latin-1")
+            stopped = _paused(child, code, seen) if child.get("pause") else None
+            if code == "H":
+                digest = b""
+                while len(digest) < 64 and (more := pipe.read(64 - len(digest))):
+                    digest += more
+                marks.trace_sha256 = digest.decode("latin-1") if marks.trace_sha256 is None else "twice"
+            if code in ("B", "W", "S", "E") and code not in marks.total and "tree" in child:
+                # read at once, from the processes last scanned (a scan of every process takes longer)
+                marks.total[code] = run_cpu_s(child["tree"], child.get("members"))
+            if code in ("S", "E") and "tree" in child:
+                marks.cpu[code] = _cpu_by_task(child["tree"])
+            if code in ("C", "c"):
+                marks.busy.append(run_cpu_s(child["tree"]) if "tree" in child else 0.0)
+            if code in ("B", "E"):
+                marks.wall.setdefault(code, time.time())
+            marks.stamps.append((code, now))
+            if stopped is not None:
+                _resume(stopped)
+                held += time.perf_counter() - arrived
+
+
+def _expected_marks(spec: dict[str, Any]) -> str:
+    return ("B" + "W" * spec["warmup_steps"] + "S" + "T" * spec["timed_steps"] + "E"
+            + "PQ" * spec["profile_steps"])
+
+
+def _bad_marks(outcome: Outcome, marks: Marks, spec: dict[str, Any]) -> str:
+    """Why the marks cannot be trusted, or ""."""
+    steps = "".join(c for c, _ in marks.stamps if c not in "CcH")
+    expected = _expected_marks(spec)
+    if steps != expected:
+        if not steps:
+            return "no step reached the checker (the marks of its steps never arrived)"
+        return (f"the marks of its steps reached the checker as {_abridge(steps)}, "
+                f"not {_abridge(expected)}")
+    compiling = "".join(c for c, _ in marks.stamps if c in "Cc")
+    if compiling and not spec.get("compile_marks"):
+        return "compile marks arrived from a file that never mentions torch.compile"
+    if compiling != "Cc" * (len(compiling) // 2) or len(compiling) % 2:
+        return "its compile marks do not open and close in turn"
+    has_trace = bool(outcome.result.get("trace"))
+    if has_trace and (marks.trace_sha256 is None or len(marks.trace_sha256) != 64):
+        return "the fingerprint of its trace did not reach the checker"
+    if not has_trace and marks.trace_sha256 is not None:
+        return "it sent the fingerprint of a trace it did not report"
+    return ""
+
+
+def _abridge(codes: str) -> str:
+    """``BWWWSTTTE`` as ``B W×3 S T×3 E``."""
+    parts, i = [], 0
+    while i < len(codes):
+        j = i
+        while j < len(codes) and codes[j] == codes[i]:
+            j += 1
+        parts.append(codes[i] if j - i == 1 else f"{codes[i]}×{j - i}")
+        i = j
+    return " ".join(parts)
+
+
+def _compiling_s(marks: Marks, start: float, end: float, reads=None) -> float:
+    """Seconds between ``start`` and ``end`` spent compiling (torch.compile), by the stamps, as far as the
+    checker can corroborate them from outside: the marks come from inside the run, so each interval
+    counts only as much CPU time as the whole run used during it (compiling is CPU work: a run waiting
+    on storage, a peer or a sleep is not compiling), and not at all when the lab's storage served a read
+    during it (reading data is not compiling)."""
+    opened, closed = marks.times("C"), marks.times("c")
+    busy = marks.busy if len(marks.busy) == len(opened) + len(closed) else []
+    credited = 0.0
+    for i, (a, b) in enumerate(zip(opened, closed)):
+        overlap = max(0.0, min(b, end) - max(a, start))
+        if not overlap:
+            continue
+        if reads is not None and reads(a, b):
+            continue
+        cpu = busy[2 * i + 1] - busy[2 * i] if busy else 0.0
+        credited += max(0.0, min(overlap, cpu))
+    return credited
+
+
+def _compiling_cpu_s(marks: Marks, start: float, end: float) -> float:
+    """CPU seconds the run used while compiling between ``start`` and ``end`` (torch.compile, marked)."""
+    opened, closed = marks.times("C"), marks.times("c")
+    if len(marks.busy) != len(opened) + len(closed):
+        return 0.0
+    return sum(max(0.0, marks.busy[2 * i + 1] - marks.busy[2 * i])
+               for i, (a, b) in enumerate(zip(opened, closed)) if a >= start and b <= end)
+
+
+def _clock_slow(inside_steps: Any, bounds: list[float]) -> bool:
+    """Whether the run's clock ran slow in most of its timed steps, not only across the window: a mark
+    this process stamped late (its thread waiting for the interpreter while the checker parsed a large
+    file) lengthens one step by the checker's clock and shortens the next, where a changed clock shortens
+    every step alike. Without the steps' times (a run that did not report them), the window decides."""
+    outside = [b - a for a, b in zip(bounds, bounds[1:])]
+    if (not isinstance(inside_steps, list) or len(inside_steps) != len(outside)
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in inside_steps)):
+        return True
+    slow = sum(mine < CLOCK_SLACK * theirs - CLOCK_SLACK_S / len(outside)
+               for mine, theirs in zip(inside_steps, outside))
+    return slow > len(outside) // 2
+
+
+def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], background_allowed: bool,
+                  reads=None) -> None:
+    """Replace the run's own timings by the checker's stamps; fail a run whose marks or clock disagree.
+
+    Besides the timed window, the stamps give what the checker needs to count
+    the warm-up too (``checks.counted_step_s``): the span from the first step
+    to the end of the window, the first step's time, and the time spent
+    compiling (torch.compile, marked as it happens) during the warm-up.
+    """
+    why = _bad_marks(outcome, marks, spec)
+    if why:
+        outcome.status = "error"
+        outcome.result = {"kind": "marks", "message": f"the checker could not follow its steps: {why}"}
+        return
+    r = outcome.result
+    begin, warm_ends = marks.times("B")[0], marks.times("W")
+    start, ends, end = marks.times("S")[0], marks.times("T"), marks.times("E")[0]
+    inside = float(r.get("window_s", 0.0))
+    outside = end - start
+    r["reported"] = {"window_s": inside}
+    inside_steps = r.pop("step_s", None)
+    if inside < CLOCK_SLACK * outside - CLOCK_SLACK_S and _clock_slow(inside_steps, [start, *ends]):
+        outcome.status = "error"
+        outcome.result = {"kind": "clock", "message": (
+            f"the timed steps took {outside * 1000:.0f} ms by the checker's clock, but "
+            f"{inside * 1000:.0f} ms by the clock inside the run: something changed the clock")}
+        return
+    first_end = warm_ends[0] if warm_ends else start
+    bounds = [start, *ends]
+    r["step_times"] = [b - a for a, b in zip(bounds, bounds[1:])]
+    every = [begin, *warm_ends, *ends]  # each step's end: step 0 also imports the file and builds the pipeline
+    r["all_step_s"] = [b - a for a, b in zip(every, every[1:])]
+    r["window_s"] = outside
+    r["outside_window_s"] = outside
+    r["mean_step_s"] = outside / max(spec["timed_steps"], 1)
+    r["span_s"] = end - begin  # from the first warm-up step to the end of the timed window
+    r["compile_s"] = _compiling_s(marks, begin, start, reads)
+    if {"B", "W", "S", "E"} <= marks.total.keys() or ({"B", "S", "E"} <= marks.total.keys()
+                                                     and not spec["warmup_steps"]):
+        total = marks.total
+        r["cpu_span_s"] = total["E"] - total["B"]  # what the checker's /proc says the run used, B to E
+        r["cpu_window_s"] = total["E"] - total["S"]
+        r["cpu_compile_s"] = _compiling_cpu_s(marks, begin, start)
+        first_cpu = total.get("W", total["S"]) - total["B"]
+        r["first_step_cpu_s"] = max(0.0, first_cpu - _compiling_cpu_s(marks, begin, first_end))
+    r["compile_marked_s"] = sum(max(0.0, min(b, start) - max(a, begin))
+                                for a, b in zip(marks.times("C"), marks.times("c")))
+    r["first_step_s"] = max(0.0, (first_end - begin) - _compiling_s(marks, begin, first_end, reads))
+    r["counted_steps"] = spec["warmup_steps"] + spec["timed_steps"] - (1 if spec["warmup_steps"] else 0)
+    profiled = [q - p for p, q in zip(marks.times("P"), marks.times("Q"))]
+    r["profiled_step_s"] = sum(profiled) / len(profiled) if profiled else 0.0
+    r["profiled_steps_s"] = profiled
+    r["trace_sha256"] = marks.trace_sha256
+    r["wall_window"] = [marks.wall.get("B", 0.0), marks.wall.get("E", 0.0)]
+    if not background_allowed:
+        beside = _busy_beside(marks, outside)
+        if beside:
+            outcome.status = "error"
+            outcome.result = {"kind": "background", "message": f"work went on beside the timed steps: {beside}"}
+
+
+def _busy_beside(marks: Marks, window_s: float) -> str:
+    """A thread (other than the one running the steps) or another process of the run busy during the window."""
+    before, after = marks.cpu.get("S", {}), marks.cpu.get("E", {})
+    allowed = max(0.03, 0.1 * window_s)
+    for task, used in after.items():
+        busy = used - before.get(task, 0.0)
+        if task != "main" and busy > allowed:
+            what = f"process {task.split(':', 1)[1]}" if task.startswith("proc:") else f"a thread ({task})"
+            return (f"{what} used {busy * 1000:.0f} ms of CPU during the {window_s * 1000:.0f} ms of timed "
+                    "steps (seen from outside the run)")
+    return ""
+
+
+def _cpu_s(stat_path: str, waited_for: bool = False) -> float | None:
+    """CPU seconds (user and system) from a /proc ``stat`` file, and with ``waited_for`` those of the children
+    the process has waited for; None when it is gone."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+        return sum(int(f) for f in fields[11:15 if waited_for else 13]) / tick
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _precise_cpu_s(pid: int) -> float:
+    """A process's CPU seconds: its live threads' run time from the scheduler (``schedstat``, in ns), or,
+    where threads have exited since (their time is only in the process's own figure, in clock ticks), that
+    figure when it is larger; and the children it has waited for. 0 when it is gone."""
+    ticks = _cpu_s(f"/proc/{pid}/stat") or 0.0
+    waited = (_cpu_s(f"/proc/{pid}/stat", waited_for=True) or 0.0) - ticks
+    live = 0.0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                live += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0]) / 1e9
+            except (OSError, ValueError, IndexError):
+                pass
+    except OSError:
+        pass
+    return max(live, ticks) + max(0.0, waited)
+
+
+def run_cpu_s(tree: processes.Tree, members: list[int] | None = None) -> float:
+    """CPU seconds the whole run has used so far, read from /proc, never reported by it: every process
+    of its tree (``_precise_cpu_s``), and, in a sandbox, what the sandbox's first process and the fork
+    server have reaped of it (an orphan that ended counts there)."""
+    total = sum(_precise_cpu_s(pid) for pid in (members if members else tree.scan()))
+    for pid in getattr(tree, "leave_out", ()):
+        total += max(0.0, (_cpu_s(f"/proc/{pid}/stat", waited_for=True) or 0.0) - (_cpu_s(f"/proc/{pid}/stat") or 0.0))
+    return total
+
+
+def _run_process(tree: processes.Tree) -> int:
+    """The run's own process: the tree's first, or, where that is bubblewrap started for a fresh run (no
+    fork server: on CUDA, a torch that loads the driver on import), the run inside it (bubblewrap, then the
+    sandbox's first process, also bubblewrap, then the run). Found once, then kept."""
+    found = getattr(tree, "run_process", None)
+    if found is not None:
+        return found
+    pid = tree.root
+    while _name(pid) == "bwrap":
+        inside = sandbox.children(pid)
+        if len(inside) != 1:
+            return tree.root  # not started yet, or not bubblewrap's shape: asked again next time
+        pid = inside[0]
+    tree.run_process = pid
+    return pid
+
+
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _cpu_by_task(tree: processes.Tree) -> dict[str, float]:
+    """CPU seconds used so far by each thread of the run's process ("main" for the one running the steps)
+    and each other process it started ("proc:PID"), from /proc; empty where there is no /proc."""
+    pid = _run_process(tree)
+    used: dict[str, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return used
+    for tid in tids:
+        cpu = _cpu_s(f"/proc/{pid}/task/{tid}/stat")
+        if cpu is not None:
+            used["main" if int(tid) == pid else f"tid {tid}"] = cpu
+    for other in tree.scan():
+        if other != pid:
+            cpu = _cpu_s(f"/proc/{other}/stat")
+            if cpu is not None:
+                used[f"proc:{other}"] = cpu
+    return used
