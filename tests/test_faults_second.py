@@ -203,7 +203,8 @@ def test_gate_settings_that_would_make_it_useless_are_refused(cal, tmp_path):
     base = tmp_path / "base.py"
     base.write_text(variant(1.0))
     never = proflab(cal, "gate", str(base), "--baseline", str(base), "--lab", "90", "--max-slowdown", "inf")
-    assert never.returncode == 2 and "max_slowdown must be a finite number" in never.stderr, never.stderr
+    said = " ".join(never.stderr.split())
+    assert never.returncode == 2 and "max_slowdown must be a number above 1" in said and "found inf" in said, said
     (tmp_path / "traces").write_text("a file")
     lost = proflab(cal, "gate", str(base), "--baseline", str(base), "--lab", "90",
                    "--trace-dir", str(tmp_path / "traces"))
@@ -406,5 +407,6 @@ def test_a_full_runs_folder_costs_the_traces_not_the_verdict(cal):
         assert checked.returncode in (0, 4), said
         assert "Exception in thread" not in said and "Traceback" not in said, said
         assert "trace was not kept for TensorBoard" in said or "summaries were not written" in said, said
-        cut_short = [p for p in runs.rglob("*") if p.is_file() and p.name != "filler" and p.stat().st_size == 0]
+        cut_short = [p for p in runs.rglob("*") if p.is_file() and p.name not in ("filler", ".lock")
+                     and p.stat().st_size == 0]  # (.lock: the runs folder's lock, empty by design)
         assert cut_short == [], cut_short

@@ -53,7 +53,7 @@ def _int(low: int) -> tuple[str, Callable[[Any], bool]]:
 
 def _number(low: float, strict: bool = False) -> tuple[str, Callable[[Any], bool]]:
     word = "above" if strict else "at least"
-    return (f"a finite number {word} {low:g}",  # max_slowdown = inf would make a gate that never fails
+    return (f"a number {word} {low:g}",  # and finite: max_slowdown = inf would make a gate that never fails
             lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
             and (v > low if strict else v >= low))
 

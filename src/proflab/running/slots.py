@@ -142,8 +142,9 @@ def _ahead(queue: Path, mine: str) -> int:
 def turn(on_wait: Callable[[str], None] = lambda message: None) -> Iterator[Slot]:
     """Hold one of the machine's slots for the body; ``on_wait`` hears where this turn is in the queue."""
     held = _current.get()
-    if held is not None:  # a turn inside a turn: the outer one's slot, and no wait
-        yield Slot(held.index, held.cores)
+    if held is not None:  # a turn inside a turn: the outer one's slot; its wait told once, to the first inside
+        claimed, held.waited_s = held.waited_s, 0.0
+        yield Slot(held.index, held.cores, claimed)
         return
     try:
         base = folder()
