@@ -306,14 +306,17 @@ def test_a_run_killed_by_sigkill_is_not_said_to_have_run_out_of_memory(cal):
 
 # --- 3. a checker killed with SIGKILL leaves nothing running ---------------------------------------------
 
-@pytest.mark.parametrize("command", ["check", "grade"])
+@pytest.mark.parametrize("command", ["check", "grade", "gate"])
 def test_nothing_of_a_check_outlives_a_checker_killed_with_sigkill(cal, tmp_path, command):
     mark = f"hangs-killed-{command}"
     source = HANGS.replace("hangs in its first step", mark)
-    if command == "check":
+    if command in ("check", "gate"):
         mine = cal.root / "hangs.py"
         mine.write_text(source)
-        args = ["check", "90", "--file", str(mine)]
+        base = cal.root / "base.py"
+        base.write_text(variant(1.0))
+        args = (["check", "90", "--file", str(mine)] if command == "check" else
+                ["gate", str(mine), "--baseline", str(base), "--lab", "90"])
     else:
         folder = write_folder(tmp_path / "class", {"ann/90.py": source})
         args = ["grade", str(folder), "--json-out", str(tmp_path / "g.json")]
