@@ -306,10 +306,13 @@ def test_a_run_killed_by_sigkill_is_not_said_to_have_run_out_of_memory(cal):
 
 # --- 3. a checker killed with SIGKILL leaves nothing running ---------------------------------------------
 
-@pytest.mark.parametrize("command", ["check", "grade", "gate"])
+@pytest.mark.parametrize("command", ["check", "grade", "gate", "check-unsandboxed"])
 def test_nothing_of_a_check_outlives_a_checker_killed_with_sigkill(cal, tmp_path, command):
     mark = f"hangs-killed-{command}"
     source = HANGS.replace("hangs in its first step", mark)
+    env = None
+    if command == "check-unsandboxed":  # no sandbox engine here: the fork server must end the run itself
+        command, env = "check", {"PROFLAB_BWRAP": str(tmp_path / "no-bwrap")}
     if command in ("check", "gate"):
         mine = cal.root / "hangs.py"
         mine.write_text(source)
@@ -320,7 +323,7 @@ def test_nothing_of_a_check_outlives_a_checker_killed_with_sigkill(cal, tmp_path
     else:
         folder = write_folder(tmp_path / "class", {"ann/90.py": source})
         args = ["grade", str(folder), "--json-out", str(tmp_path / "g.json")]
-    proc = start(cal, *args)
+    proc = start(cal, *args, env=env)
     try:
         wait_for(lambda: a_run_started(cal) and alive_with("proflab.running"), 60, "a run")
         time.sleep(2)

@@ -507,21 +507,51 @@ def _serve(fd: int, preload: list[str], sandboxed: bool = False) -> None:
         for f in fds:
             os.close(f)
         sock.send(json.dumps({"pid": pid}).encode())
-        while True:
+        status = _wait_or_orphaned(pid, sock)
+        if status is None:  # the checker is gone (killed, however): nothing of its run may outlive it
             try:
-                _, status = os.waitpid(pid, 0)
-                break
-            except InterruptedError:
-                continue
-            except ChildProcessError:
-                status = 0
-                break
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            return
         if sandboxed:  # nothing of this run's is left for the next: its System V objects go too
             _clear_sysv_ipc()
         try:
             sock.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
         except OSError:
             return
+
+
+def _wait_or_orphaned(pid: int, sock: socket.socket) -> int | None:
+    """The child's wait status once it ends; None as soon as the checker's end of the socket closes first
+    (a checker killed with SIGKILL while its run hangs: the run must not outlive it). The server sleeps in
+    ``poll`` on the child's pidfd and the socket: no time is spent polling while the run is timed."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLRDHUP | select.POLLHUP)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    try:
+        while True:
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return 0
+            if done:
+                return status
+            try:
+                events = poller.poll(None if pidfd is not None else 100)
+            except InterruptedError:
+                continue
+            if any(fd == sock.fileno() and mask & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+                   for fd, mask in events):
+                return None
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _clear_sysv_ipc() -> None:
