@@ -25,7 +25,8 @@ What keeps this as sound as a fresh process per run:
   checker (a child subreaper), which stops them with the rest of the run;
 * the server exits when the checker's end of its socket closes, however the
   checker ends (not by ``PR_SET_PDEATHSIG``: that fires when the *thread*
-  that started the server ends).
+  that started the server ends), and kills the run it was waiting on first:
+  it waits in ``poll`` on the run's pidfd and the socket together.
 """
 
 from __future__ import annotations
