@@ -1,0 +1,313 @@
+"""Write every figure the course pages quote, from real runs of the labs: ``docs/figures/``.
+
+    python docs/gen_figures.py            # every lab (a few minutes on a quiet 2-core machine)
+    python docs/gen_figures.py --lab 6    # one lab (repeatable: --lab 5 --lab 6); the others are kept
+
+For each lab it runs the kit's own commands, on the CPU, in a scratch copy of the kit (its own ``labs/``,
+``runs/`` and progress, the data of this checkout), so that your runs and progress are left alone:
+
+    proflab run N                                  the untouched exercise (a copy of the original)
+    proflab run N --version solution               the reference fix
+    proflab check N                                the untouched exercise, graded (it fails)
+    proflab check N --file labs/NN_*/solution.py   the reference fix, graded (it passes)
+
+and lab 1 once more with ``--profile-memory``. What each command printed is written as it printed it,
+``docs/figures/labN/<what>.txt`` (the pages include these files whole, or a part of them, with
+pymdownx.snippets: ``--8<-- "lab6/run-exercise.txt"``), and the figures read from it are written to
+``docs/figures/figures.json``, by name (``lab6.run-exercise.op.c10d::allreduce_.calls``), beside a
+description of the machine they came from. The pages quote single figures as ``{{ name }}``, which the
+hook ``docs/figures_hook.py`` replaces when the site is built (an unknown name fails the build), and
+``tests/test_page_figures.py`` fails when a page quotes a figure that is neither.
+
+Figures measured while the machine is busy are noisy: the file records the load average before and after.
+The script is not part of the site (``exclude_docs`` in ``mkdocs.yml``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "docs" / "figures"
+FIGURES = OUT / "figures.json"
+PROFLAB = [sys.executable, "-m", "proflab"]
+WIDTH = "150"  # the terminal the outputs are printed for (a code block scrolls sideways beyond)
+
+# What is run for every lab, and what for some labs only: (name, arguments after the lab).
+RUNS = [
+    ("run-exercise", ["run", "{lab}"]),
+    ("run-solution", ["run", "{lab}", "--version", "solution"]),
+    ("check-exercise", ["check", "{lab}"]),
+    ("check-solution", ["check", "{lab}", "--file", "{solution}"]),
+]
+EXTRA = {1: [("run-exercise-memory", ["run", "{lab}", "--profile-memory"])]}
+
+# Lines of the kit's progress that are not part of what a command reports.
+NOT_OUTPUT = re.compile(r"^(waiting for a turn|Profiling |Running |Checking |Measuring )")
+
+
+def machine() -> dict:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    model = model or platform.processor() or platform.machine()
+    import torch
+
+    try:
+        memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        memory_gib = 0.0
+    return {"cpu": model, "cores": os.cpu_count(), "memory_gib": round(memory_gib),
+            "torch": torch.__version__.split("+")[0], "python": platform.python_version(),
+            "gpu": "none used (every run on the CPU, --device cpu)"}
+
+
+def today() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def describe(m: dict, when: str) -> str:
+    """The machine in one line, as the pages name it."""
+    return (f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, no GPU used; torch {m['torch']}, "
+            f"Python {m['python']}; {when}")
+
+
+def scratch_kit(where: Path) -> Path:
+    """A copy of the kit's labs, with its untouched exercises (copies of the originals), over this checkout's data."""
+    root = where / "kit"
+    shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
+    for lab in (root / "labs").iterdir():
+        if (lab / "original.py").is_file() and (lab / "exercise.py").is_file():
+            shutil.copyfile(lab / "original.py", lab / "exercise.py")
+    (root / "data").symlink_to(REPO / "data")
+    return root
+
+
+def command(root: Path, lab: int, args: list[str]) -> tuple[str, int, float]:
+    folder = next((root / "labs").glob(f"{lab:02d}_*"))
+    args = [a.format(lab=lab, solution=f"labs/{folder.name}/solution.py") for a in args]
+    env = {**os.environ, "PROFLAB_ROOT": str(root), "COLUMNS": WIDTH, "NO_COLOR": "1", "TERM": "dumb",
+           "PYTHONPATH": str(REPO / "src")}
+    start = time.monotonic()
+    proc = subprocess.run([*PROFLAB, *args, "--device", "cpu"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=1800)
+    took = time.monotonic() - start
+    lines = [line.rstrip() for line in (proc.stdout + proc.stderr).splitlines() if not NOT_OUTPUT.match(line)]
+    text = "\n".join(lines).strip("\n") + "\n"
+    text = text.replace(str(root) + "/", "")
+    return text, proc.returncode, took
+
+
+# --- figures read from what the commands printed ----------------------------------------------------------
+
+COLUMNS = {"Self CPU %": "self_pct", "Self CPU": "self", "CPU total %": "total_pct", "CPU total": "total",
+           "CPU time avg": "avg", "CPU Mem": "mem", "Self CPU Mem": "self_mem", "# of Calls": "calls"}
+
+
+def table(text: str) -> tuple[list[str], list[dict]]:
+    """The key_averages() table in a command's output: its columns and its rows, as printed."""
+    lines = text.splitlines()
+    rules = [i for i, line in enumerate(lines) if re.fullmatch(r"-{20,}(\s+-+)+\s*", line)]
+    if len(rules) < 3:
+        return [], []
+    header = [c for c in re.split(r"\s{2,}", lines[rules[0] + 1].strip())]
+    rows = []
+    for line in lines[rules[1] + 1:rules[2]]:
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) == len(header):
+            rows.append(dict(zip(header, cells)))
+    return header, rows
+
+
+def number(cell: str) -> float:
+    return float(re.match(r"-?[\d.]+", cell.replace(",", "")).group(0))
+
+
+def ms(cell: str) -> float:
+    """A time cell of the table (``1.492s``, ``158.223ms``, ``46.174us``) in milliseconds."""
+    value, unit = re.fullmatch(r"(-?[\d.]+)\s*(s|ms|us|µs)", cell).groups()
+    return float(value) * {"s": 1000.0, "ms": 1.0, "us": 0.001, "µs": 0.001}[unit]
+
+
+def duration(value_ms: float) -> str:
+    """A time as the pages write it."""
+    if value_ms >= 1000:
+        return f"{value_ms / 1000:.2f} s"
+    if value_ms >= 1:
+        return f"{value_ms:.1f} ms"
+    return f"{value_ms * 1000:.1f} µs"
+
+
+def read_run(text: str, lab, active: int) -> dict[str, str]:
+    f: dict[str, str] = {}
+    header, rows = table(text)
+    for i, row in enumerate(rows):
+        name = row["Name"]
+        for title, key in COLUMNS.items():
+            if title in row:
+                f[f"op.{name}.{key}"] = row[title]
+        if "# of Calls" in row and active:
+            calls = int(number(row["# of Calls"]))
+            f[f"op.{name}.calls_per_step"] = f"{calls / active:g}"
+        if "CPU time avg" in row:
+            f[f"op.{name}.avg_ms"] = duration(ms(row["CPU time avg"]))
+        if "Self CPU" in row and active:
+            f[f"op.{name}.self_per_step"] = duration(ms(row["Self CPU"]) / active)
+        if i < 3:
+            f[f"row{i + 1}.name"] = name
+            for title, key in COLUMNS.items():
+                if title in row:
+                    f[f"row{i + 1}.{key}"] = row[title]
+    if rows:
+        f["rows"] = str(len(rows))
+    if m := re.search(r"^Self CPU time total: (\S+)", text, re.M):
+        f["self_total"] = m.group(1)
+        if active:
+            f["self_total_per_step"] = duration(ms(m.group(1)) / active)
+    if m := re.search(r"^Step time over (\d+) timed steps: median ([\d.]+) ms, half of the steps within "
+                      r"([\d.]+)–([\d.]+) ms \(mean ([\d.]+) ms\)", text, re.M):
+        f["timed_steps"], f["step_ms"], f["step_q1_ms"], f["step_q3_ms"], f["step_mean_ms"] = m.groups()
+    if m := re.search(r"CPU time of the run's processes and threads \(from /proc\): ([\d.]+) ms per step", text):
+        f["cpu_ms"] = m.group(1)
+    if m := re.search(r"^Trace: \S+ \(([\d.]+ MB)\)", text, re.M):
+        f["trace_size"] = m.group(1)
+    for m in re.finditer(r"^Trace of rank (\d+): \S+ \(([\d.]+ MB)\)", text, re.M):
+        f[f"rank{m.group(1)}.trace_size"] = m.group(2)
+    for m in re.finditer(r"^Rank (\d+), per profiled step: (\d+) all-reduce calls per step, ([\d.]+) MB per step; "
+                         r"communication ([\d.]+) ms of ([\d.]+) ms \((\d+)%\)", text, re.M):
+        r = f"rank{m.group(1)}"
+        (f[f"{r}.allreduce_calls"], f[f"{r}.allreduce_mb"], f[f"{r}.comm_ms"], f[f"{r}.comm_step_ms"],
+         f[f"{r}.comm_pct"]) = m.groups()[1:]
+    if m := re.search(r"^Memory left allocated per profiled step: ([\d.]+) MB per step kept on (\w+)(.*?)\s*\(the curve",
+                      text, re.M):
+        f["kept_mb_per_step"], f["kept_device"] = m.group(1), m.group(2)
+        if n := re.search(r"allocated since the profiler started: ([\d.]+) → ([\d.]+) MB over the (\d+) steps", m.group(3)):
+            f["kept_from_mb"], f["kept_to_mb"], f["kept_steps"] = n.groups()
+    if m := re.search(r"^Memory left allocated per profiled step: (.*?)\s*\(the curve", text, re.M):
+        f["kept"] = m.group(1)
+    if m := re.search(r"^Peak memory of the run, read from outside it \((.*)\): (\d+) MB", text, re.M):
+        f["peak_how"], f["peak_mb"] = m.groups()
+    if m := re.search(r"^Host reads per profiled step: (.*?)\s*\(every row", text, re.M):
+        f["host_reads"] = m.group(1)
+    if m := re.search(r"^Lab \d+ · .* on (\w+) \(torch ([^,]+), (\d+) threads\)", text, re.M):
+        f["device"], f["torch"], f["threads"] = m.groups()
+    return f
+
+
+def read_check(text: str) -> dict[str, str]:
+    f: dict[str, str] = {}
+    names = {"It runs": "runs", "Same work, same results": "same", "The bottleneck is gone": "evidence",
+             "Faster": "faster", "Leaner": "leaner", "Low overhead": "overhead", "Your own profile": "profile"}
+    current = None
+    for line in text.splitlines():
+        if m := re.match(r"^([✓✗–?!])\s(.+?)\s{2,}(.*)$", line):
+            current = names.get(m.group(2).strip())
+            if current:
+                f[f"{current}.mark"], f[f"{current}.says"] = m.group(1), m.group(3).strip()
+        elif current and (m := re.match(r"^\s+(expected|measured|look at)\s{2,}(.*)$", line)):
+            f[f"{current}.{m.group(1).replace(' ', '_')}"] = m.group(2).strip()
+        if m := re.match(r"^(PASSED|FAILED|NOT GRADED|INCONCLUSIVE)\b.*? in (\d+) s", line):
+            f["verdict"], f["took_s"] = m.groups()
+    says = f.get("faster.says", "")
+    if m := re.search(r"([\d.]+)× the original's (?:speed|CPU time|step time)?", says):
+        f["speedup"] = m.group(1)
+    if m := re.search(r"95% interval ([\d.]+)–([\d.]+)×", says):
+        f["speedup_low"], f["speedup_high"] = m.groups()
+    if m := re.search(r"over (\d+) paired rounds", says):
+        f["rounds"] = m.group(1)
+    leaner = f.get("leaner.says", "")
+    if m := re.search(r"peak is (\d+)% of the original's", leaner):
+        f["peak_pct"] = m.group(1)
+    return f
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lab", type=int, action="append", help="regenerate this lab only (repeatable)")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(REPO / "src"))
+    from proflab import labs as kit_labs
+
+    every = {lab.number: lab for lab in kit_labs.discover() if lab.gating is None}
+    chosen = sorted(args.lab or every)
+    unknown = [n for n in chosen if n not in every]
+    if unknown:
+        parser.error(f"no such lab with a pipeline: {unknown}")
+
+    old = json.loads(FIGURES.read_text()) if FIGURES.is_file() else {}
+    values: dict[str, str] = {k: v for k, v in old.get("values", {}).items()
+                              if not any(k.startswith(f"lab{n}.") for n in chosen)}
+    runs_meta: dict[str, dict] = {k: v for k, v in old.get("runs", {}).items()
+                                  if not any(k.startswith(f"lab{n}/") for n in chosen)}
+    subprocess.run([*PROFLAB, "data"], cwd=REPO, check=True, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="proflab-figures-") as tmp:
+        root = scratch_kit(Path(tmp))
+        for number in chosen:
+            lab = every[number]
+            folder = OUT / f"lab{number}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for old_file in folder.glob("*.txt"):
+                old_file.unlink()
+            active = max(lab.workload.profile_steps - 1, 0)
+            if lab.profiling:  # lab 0: the reference's own schedule decides how many steps its table covers
+                active = int(re.search(r"active=(\d+)", lab.solution.read_text()).group(1))
+            for name, cmd in RUNS + EXTRA.get(number, []):
+                print(f"lab {number}: proflab {' '.join(cmd).format(lab=number, solution='solution.py')} …",
+                      file=sys.stderr, flush=True)
+                text, code, took = command(root, number, cmd)
+                (folder / f"{name}.txt").write_text(text, encoding="utf-8")
+                read = read_check(text) if name.startswith("check") else read_run(text, lab, active)
+                for key, value in read.items():
+                    values[f"lab{number}.{name}.{key}"] = value
+                values[f"lab{number}.{name}.exit"] = str(code)
+                runs_meta[f"lab{number}/{name}"] = {"exit": code, "seconds": round(took, 1)}
+                print(f"  exit {code}, {took:.0f} s", file=sys.stderr, flush=True)
+            values[f"lab{number}.machine"] = describe(machine(), today())
+    took = time.monotonic() - started
+    when = today()
+    m = machine()
+    load_after = os.getloadavg()
+    busy = max(load_before[0], load_after[0]) > 0.5 * (m["cores"] or 1)
+    meta = {
+        **m, "date": when,
+        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
+        "quiet": not busy,
+        "note": ("measured while other work loaded the machine (load average above half its cores): "
+                 "timings are noisier than on a quiet machine; re-run `python docs/gen_figures.py` on a quiet one "
+                 "before a release" if busy else "measured on a quiet machine"),
+        "labs": sorted({int(k.split("/")[0][3:]) for k in runs_meta}),
+        "last_command": "python docs/gen_figures.py" + "".join(f" --lab {n}" for n in (args.lab or [])),
+        "last_took_s": round(took),
+    }
+    values.update({
+        "machine.cpu": m["cpu"], "machine.cores": str(m["cores"]), "machine.torch": m["torch"],
+        "machine.python": m["python"], "machine.date": when, "machine.memory_gib": str(m["memory_gib"]),
+    })
+    values["machine"] = describe(m, when)
+    FIGURES.write_text(json.dumps({"machine": meta, "runs": runs_meta, "values": dict(sorted(values.items()))},
+                                  indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {FIGURES.relative_to(REPO)} and docs/figures/lab*/ in {took:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

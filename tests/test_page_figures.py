@@ -1,0 +1,264 @@
+"""Every figure a page quotes comes from a real run, and no lab page gives its fix away.
+
+The figures: ``python docs/gen_figures.py`` runs the labs and writes ``docs/figures/`` (the outputs, and
+``figures.json``, the figures read from them with the machine they came from). A page quotes an output
+whole with ``--8<-- "lab6/run-exercise.txt"`` and a single figure with ``{{ name }}`` (``docs/figures_hook.py``).
+These tests do not run the labs: they check that every name and file resolves, that a converted page
+writes no measured-looking figure by hand (outside a short allow-list, and blocks marked as quoted from a
+benchmark's results file, which must hold them), and that facts of the code the pages state (the
+profiler's schedule, the steps) come from the code.
+
+The fix: a lab page teaches where to look and what it means; the prescription stays behind
+``proflab hint N``. A lab page names none of its lab's fix tokens outside a collapsed
+``??? note "After you pass: …"`` block, and the lab's last hint names the fix.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+FIGURES_DIR = DOCS / "figures"
+
+
+def _hook():
+    spec = importlib.util.spec_from_file_location("figures_hook", DOCS / "figures_hook.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hook = _hook()
+
+# Pages whose figures all come from docs/figures/ or a cited results file. A page joins this list when
+# it is converted; the pages not yet converted are named in PENDING, so that the list is visible.
+CONVERTED = [
+    "reading-a-profile.md",
+    "labs/00-profiler.md",
+    "labs/06-distributed.md",
+    "labs/05-memory.md",
+]
+PENDING = [
+    "index.md", "labs/01-dataloader.md", "labs/02-embeddings.md", "labs/03-fusion.md", "labs/04-syncs.md",
+    "ci.md", "instructor.md",
+    "labs/07-gate.md",  # lab 7's code is being changed; its page follows that change
+]
+
+# A measured-looking figure: a number with a unit of time, size, a share or a ratio; a count of calls;
+# a count of steps of a phase; a schedule's arguments.
+UNIT = r"(?:ms|µs|us|ns|s|secs?|seconds?|minutes?|min|MB|MiB|GB|GiB|KB|kB|KiB)\b"
+MEASURED = re.compile(
+    r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?(?:\s?[–-]\s?[-+−]?\d[\d,]*(?:\.\d+)?)?(?:\s?(?:%|×(?!\s?\d)|x\b(?!\s?\d)|" + UNIT + r")"
+    r"|\s+(?:all-reduce\s+)?calls\b"
+    r"|\s+(?:timed|profiled|warm-up|recorded|active)\b)"
+    r"|\b(?:wait|warmup|active|repeat)=\d+"
+)
+# Figures that are not measurements, each with its reason. (page, exact text, reason)
+ALLOWED = [
+    ("*", "10–30%", "a common estimate of the profiler's overhead, quoted as such, not measured here"),
+    ("*", "95%", "the checker's confidence level (src/proflab/measuring/stats.py), a constant"),
+    ("*", "100%", "a definition: the whole of a total"),
+    ("reading-a-profile.md", "wait=0", "the kit's own schedule's wait (KIT_SCHEDULE, tested against the runner)"),
+    ("reading-a-profile.md", "wait=1", "the example schedule of the page's own example loop"),
+    ("reading-a-profile.md", "warmup=1", "the example schedule of the page's own example loop"),
+    ("reading-a-profile.md", "active=3", "the example schedule of the page's own example loop"),
+    ("reading-a-profile.md", "repeat=1", "the example schedule of the page's own example loop"),
+    ("reading-a-profile.md", "3 calls", "the example loop's count, from its own schedule (active=3)"),
+]
+BENCH_BLOCK = re.compile(r"<!--\s*figures from (benchmarks/results/[\w.\-]+\.md)\s*-->\n(.*?)(?:\n\s*\n|\Z)", re.S)
+SNIPPET = re.compile(r"^\s*--8<--\s+\"([^\"]+)\"\s*$", re.M)
+
+# The words and calls that name each lab's fix. A lab page may not name them outside a collapsed
+# ??? note "After you pass: ..." block; the lab's last hint must name one of them.
+FIX_TOKENS = {
+    0: ["next(batches)", "iter(loader)", "active=3", "wait=1, warmup=1"],
+    1: ["num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "non_blocking"],
+    2: ["EmbeddingBag", "embedding_bag", "index_select", "nn.Embedding", "F.embedding"],
+    3: ["F.layer_norm", "scaled_dot_product_attention", "F.gelu", "torch.compile", "nn.LayerNorm", "is_causal"],
+    4: ["index_add_", "bincount", "isfinite", "loss.detach()"],
+    5: ["no_grad", "inference_mode", ".item()", ".detach()"],
+    6: ["no_sync", "bucket_cap_mb"],
+}
+AFTER_YOU_PASS = re.compile(r'^\?\?\? note "After you pass[^"]*"\n((?:[ \t]+.*\n|\s*\n)*)', re.M)
+
+
+def _page(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
+
+
+def _pages() -> list[Path]:
+    return sorted(p for p in DOCS.rglob("*.md") if FIGURES_DIR not in p.parents)
+
+
+def _allowed(page: str, text: str) -> bool:
+    return any((where == "*" or where == page) and text == allowed for where, allowed, _ in ALLOWED)
+
+
+def handwritten(page: str, markdown: str) -> list[str]:
+    """The measured-looking figures of a page that come from neither the figures nor a cited results file."""
+    found = []
+    markdown = hook.PLACEHOLDER.sub("FIGURE", markdown)
+    markdown = SNIPPET.sub("", markdown)
+    markdown = BENCH_BLOCK.sub("", markdown)
+    for number, line in enumerate(markdown.splitlines(), 1):
+        for m in MEASURED.finditer(line):
+            text = m.group(0).strip()
+            if not _allowed(page, text):
+                found.append(f"{page}: {text!r} in {line.strip()[:100]!r}")
+    return found
+
+
+def test_every_figure_name_on_every_page_resolves():
+    figures = hook.all_figures()
+    for path in _pages():
+        hook.substitute(path.read_text(encoding="utf-8"), figures, str(path.relative_to(REPO)))
+
+
+def test_an_unknown_figure_name_fails():
+    with pytest.raises(KeyError, match="no figure named lab6.nothing"):
+        hook.substitute("{{ lab6.nothing }} ms", hook.all_figures(), "x.md")
+
+
+def test_every_included_output_is_a_file_the_generator_wrote():
+    runs = json.loads((FIGURES_DIR / "figures.json").read_text(encoding="utf-8"))["runs"]
+    for path in _pages():
+        for name in SNIPPET.findall(path.read_text(encoding="utf-8")):
+            file, _, lines = name.partition(":")
+            target = FIGURES_DIR / file
+            assert target.is_file() and target.read_text(encoding="utf-8").strip(), f"{path.name}: {name}"
+            assert file.removesuffix(".txt") in runs, f"{path.name}: {file} is not one of the generator's outputs"
+            if lines:
+                first, _, last = lines.partition(":")
+                count = len(target.read_text(encoding="utf-8").splitlines())
+                assert 1 <= int(first) <= count and (not last or int(first) <= int(last) <= count), \
+                    f"{path.name}: {name} is outside the {count} lines of {file}"
+
+
+def test_the_figures_name_the_machine_they_came_from():
+    data = json.loads((FIGURES_DIR / "figures.json").read_text(encoding="utf-8"))
+    machine = data["machine"]
+    for key in ("cpu", "cores", "torch", "date", "load_average", "note"):
+        assert machine.get(key) not in (None, ""), key
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", machine["date"])
+    # A page that quotes a measured figure or output names the machine of that lab's figures.
+    measured = hook.measured()
+    for name in CONVERTED:
+        page = _page(name)
+        used = {m.group(1) for m in hook.PLACEHOLDER.finditer(page) if m.group(1) in measured}
+        if used or SNIPPET.search(page):
+            assert re.search(r"\{\{\s*(?:lab\d+\.)?machine\s*\}\}", page), f"{name} quotes figures without their machine"
+
+
+@pytest.mark.parametrize("name", CONVERTED)
+def test_a_converted_page_writes_no_measured_figure_by_hand(name):
+    found = handwritten(name, _page(name))
+    assert not found, ("figures written by hand (quote them from docs/figures with {{ name }} or --8<--, or mark "
+                       "the block as <!-- figures from benchmarks/results/FILE.md -->):\n" + "\n".join(found))
+
+
+def test_the_lint_catches_a_handwritten_figure():
+    page = ("Read the top row: `c10d::allreduce_` at 45.7%, 1.83 ms a call, 192 calls.\n"
+            "It now times 8 and records 4 (12 timed, 6 profiled), `active=5`; the fix is 2.5x, 1.94× faster.\n"
+            "Its graph takes about 90 MB, its step 0.5 s.\n")
+    found = " ".join(handwritten("labs/06-distributed.md", page))
+    for figure in ("45.7%", "1.83 ms", "192 calls", "12 timed", "6 profiled", "active=5", "2.5x", "1.94×", "90 MB",
+                   "0.5 s"):
+        assert repr(figure) in found, figure
+    clean = "Read `{{ lab6.run-exercise.row1.name }}` at {{ lab6.run-exercise.row1.self_pct }}, 3 × 32 × 32 pixels.\n"
+    assert handwritten("labs/06-distributed.md", clean) == []
+
+
+@pytest.mark.parametrize("name", CONVERTED)
+def test_figures_quoted_from_a_results_file_are_in_it(name):
+    for source, block in BENCH_BLOCK.findall(_page(name)):
+        path = REPO / source
+        assert path.is_file(), f"{name}: {source} does not exist"
+        text = path.read_text(encoding="utf-8").replace("−", "-")
+        block = hook.PLACEHOLDER.sub("", block)
+        missing = [m.group(0) for m in MEASURED.finditer(block) if not _allowed(name, m.group(0).strip())
+                   and any(n not in text for n in re.findall(r"\d[\d,]*(?:\.\d+)?", m.group(0)))]
+        assert not missing, f"{name}: {missing} are not in {source}"
+
+
+def test_a_block_cites_a_results_file_only_where_it_holds_the_figures():
+    # The check above fails on a block whose figures the file lacks.
+    block = "<!-- figures from benchmarks/results/2026-11-30-cpu-2core.md -->\n| 1 · original | 999.99 ms |\n"
+    source, body = BENCH_BLOCK.findall(block)[0]
+    text = (REPO / source).read_text(encoding="utf-8")
+    assert "999.99" not in text and MEASURED.search(body)
+
+
+def test_the_kits_schedule_is_what_the_pages_say():
+    """The pages name the kit's schedule as {{ labN.schedule }}: built from the runner's own call."""
+    runner = (REPO / "src" / "proflab" / "running" / "runner.py").read_text(encoding="utf-8")
+    assert hook.KIT_SCHEDULE in runner, ("the runner's profiler schedule changed: update KIT_SCHEDULE in "
+                                         "docs/figures_hook.py and what the pages say of it")
+    facts = hook.code_facts()
+    for manifest in sorted((REPO / "labs").glob("*/lab.toml")):
+        data = tomllib.loads(manifest.read_text(encoding="utf-8"))
+        w, n = data.get("workload", {}), data["number"]
+        if w.get("profile_steps", 0) >= 2:
+            assert facts[f"lab{n}.schedule"] == f"schedule(wait=0, warmup=1, active={w['profile_steps'] - 1}, repeat=1)"
+            assert facts[f"lab{n}.toml.workload.timed_steps"] == str(w["timed_steps"])
+    # The kit's schedule is never written out by hand on a converted page.
+    for name in CONVERTED:
+        assert "schedule(wait=0" not in hook.PLACEHOLDER.sub("", _page(name)), name
+
+
+def test_the_schedules_a_page_shows_are_the_reference_or_the_kits():
+    """A schedule(...) written on a page is the kit's (a placeholder) or one a lab file or hint uses."""
+    sources = "".join(p.read_text(encoding="utf-8") for p in (REPO / "labs").glob("*/*.py"))
+    sources += "".join(p.read_text(encoding="utf-8") for p in (REPO / "labs").glob("*/lab.toml"))
+    for name in CONVERTED:
+        for m in re.finditer(r"schedule\((wait=\d+, warmup=\d+, active=\d+, repeat=\d+)\)", _page(name)):
+            assert m.group(1) in sources, f"{name}: schedule({m.group(1)}) is in no lab file"
+
+
+def _outside_after_you_pass(page: str) -> str:
+    return AFTER_YOU_PASS.sub("", page)
+
+
+def _lab_pages():
+    for manifest in sorted((REPO / "labs").glob("*/lab.toml")):
+        data = tomllib.loads(manifest.read_text(encoding="utf-8"))
+        if data["number"] in FIX_TOKENS:
+            yield data["number"], data
+
+
+@pytest.mark.parametrize("number", sorted(FIX_TOKENS))
+def test_a_lab_page_does_not_name_its_fix(number):
+    data = dict(_lab_pages())[number]
+    name = data["docs"]
+    if name not in CONVERTED:
+        pytest.skip(f"{name} is not converted yet")
+    page = _outside_after_you_pass(_page(name))
+    named = [t for t in FIX_TOKENS[number] if t in page]
+    assert not named, (f"{name} names its fix ({named}) outside a collapsed ??? note \"After you pass: ...\" block: "
+                       f"move it to the hints (labs/*/lab.toml)")
+
+
+@pytest.mark.parametrize("number", sorted(FIX_TOKENS))
+def test_the_last_hint_names_the_fix_and_the_first_does_not(number):
+    hints = dict(_lab_pages())[number]["hints"]
+    assert len(hints) >= 2
+    assert any(t in hints[-1] for t in FIX_TOKENS[number]), f"lab {number}'s last hint does not name the fix"
+    assert not any(t in hints[0] for t in FIX_TOKENS[number]), f"lab {number}'s first hint gives the fix away"
+
+
+def test_the_fix_check_fails_on_a_page_that_names_it():
+    page = "Wrap the micro-batches in `model.no_sync()`.\n\n??? note \"After you pass: why the fix works\"\n    no_sync\n"
+    assert "no_sync" in _outside_after_you_pass(page)
+    hidden = "Look at the calls.\n\n??? note \"After you pass: why the fix works\"\n    `model.no_sync()` skips it.\n"
+    assert "no_sync" not in _outside_after_you_pass(hidden)
+
+
+def test_every_page_is_converted_or_pending():
+    names = {str(p.relative_to(DOCS)) for p in _pages()} - {"reference.md", "setup.md"}
+    assert names <= set(CONVERTED) | set(PENDING), names - set(CONVERTED) - set(PENDING)
