@@ -52,6 +52,9 @@ PENDING = [
     "labs/07-gate.md",  # lab 7's code is being changed; its page follows that change
 ]
 
+# Pages whose figures are not yet all generated, but whose fix already stays in the hints.
+FIX_ONLY = ["labs/01-dataloader.md", "labs/02-embeddings.md", "labs/04-syncs.md"]
+
 # A measured-looking figure: a number with a unit of time, size, a share or a ratio; a count of calls;
 # a count of steps of a phase; a schedule's arguments.
 UNIT = r"(?:ms|µs|us|ns|s|secs?|seconds?|minutes?|min|MB|MiB|GB|GiB|KB|kB|KiB)\b"
@@ -237,7 +240,7 @@ def _lab_pages():
 def test_a_lab_page_does_not_name_its_fix(number):
     data = dict(_lab_pages())[number]
     name = data["docs"]
-    if name not in CONVERTED:
+    if name not in CONVERTED + FIX_ONLY:
         pytest.skip(f"{name} is not converted yet")
     page = _outside_after_you_pass(_page(name))
     named = [t for t in FIX_TOKENS[number] if t in page]
