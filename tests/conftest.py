@@ -140,6 +140,26 @@ def _pid_namespaces() -> dict[int, str]:
     return found
 
 
+def _others_namespaces(found: dict[int, str], token: str) -> set[str]:
+    """The PID namespaces another test session made (a suite run beside this one): the process that holds
+    one (the parent, outside it, of its first process: the sandbox engine) carries another session's mark.
+    A namespace whose holder is gone, or unmarked, is counted as this test's."""
+    mine = f"{LEAK_MARK}={token}".encode()
+    others = set()
+    for pid, ns in found.items():
+        try:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            if found.get(parent) == ns or parent <= 1:
+                continue
+            marks = [v for v in Path(f"/proc/{parent}/environ").read_bytes().split(b"\0")
+                     if v.startswith(LEAK_MARK.encode() + b"=")]
+        except (OSError, IndexError, ValueError):
+            continue
+        if marks and mine not in marks:
+            others.add(ns)
+    return others
+
+
 @pytest.fixture(autouse=True)
 def nothing_left_running():
     """After every test, no process it started is alive (checked by environment mark, process group and
@@ -157,8 +177,10 @@ def nothing_left_running():
         os.environ.pop(LEAK_MARK, None)
 
     def left_running() -> set[int]:  # by mark, group and session; and any process of a PID namespace (a
-        # sandbox's) made during the test, whatever its environment
-        return _marked(token) | {pid for pid, ns in _pid_namespaces().items() if ns not in namespaces}
+        # sandbox's) made during the test, whatever its environment, unless another test session's made it
+        found = _pid_namespaces()
+        new = {ns for ns in found.values() if ns not in namespaces} - _others_namespaces(found, token)
+        return _marked(token) | {pid for pid, ns in found.items() if ns in new}
 
     deadline = time.monotonic() + 10
     left = left_running()
