@@ -141,9 +141,9 @@ def _pid_namespaces() -> dict[int, str]:
 
 
 def _others_namespaces(found: dict[int, str], token: str) -> set[str]:
-    """The PID namespaces another test session made (a suite run beside this one): the process that holds
-    one (the parent, outside it, of its first process: the sandbox engine) carries another session's mark.
-    A namespace whose holder is gone, or unmarked, is counted as this test's."""
+    """The PID namespaces made by what this test did not start (a suite or a script run beside it): the
+    process that holds one (the parent, outside it, of its first process: the sandbox engine) lacks this
+    test's mark. A namespace whose holder is gone (its first process orphaned) is counted as this test's."""
     mine = f"{LEAK_MARK}={token}".encode()
     others = set()
     for pid, ns in found.items():
@@ -155,7 +155,7 @@ def _others_namespaces(found: dict[int, str], token: str) -> set[str]:
                      if v.startswith(LEAK_MARK.encode() + b"=")]
         except (OSError, IndexError, ValueError):
             continue
-        if marks and mine not in marks:
+        if mine not in marks:  # held by a process this test did not start (another session, a script)
             others.add(ns)
     return others
 
