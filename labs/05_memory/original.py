@@ -3,9 +3,9 @@
 A residual MLP learns 10 classes. Every cfg.eval_every steps the loop measures
 the loss and accuracy on a validation set, and it keeps the history of every
 figure, as real training code does, to plot it later. The model and its data
-take a few tens of MB, yet the process grows by about 100 MB at every
-evaluation and never gives it back: run it long enough and it dies out of
-memory. Why?
+are small, yet the memory allocated grows at every evaluation and is never
+given back: run it long enough and it dies out of memory. How much does each
+evaluation keep, and why?
 
     proflab run memory           profile this file, memory included (or: python exercise.py)
     proflab tensorboard          look at the memory curve (Profile tab, Memory)

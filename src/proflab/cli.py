@@ -99,7 +99,7 @@ def cmd_check(args) -> int:
         result = checks.check(lab, file, label=label, device=args.device, rounds=args.rounds,
                               timeout_s=args.timeout, on_progress=update, audited=_audited())
         result.waited_s += slot.waited_s
-        if not result.error and result.step_times["learner"]:
+        if summaries.to_write(lab, result):
             update("Writing TensorBoard summaries…")
             _summaries(lambda: summaries.write_check(lab, result))
     if label == "yours" and result.verdict in (checks.PASSED, checks.FAILED):  # failing to record never loses it
@@ -124,6 +124,8 @@ def cmd_hint(args) -> int:
         return 0
     if args.all:
         shown = range(len(lab.hints))
+        progress.safely(lambda: progress.all_hints_shown(lab.name, len(lab.hints)),
+                        "the hints shown were not remembered")
     else:
         shown = [progress.next_hint(lab.name, len(lab.hints))]
     for i in shown:
@@ -133,8 +135,9 @@ def cmd_hint(args) -> int:
     if not args.all and shown[0] + 1 < len(lab.hints):
         out.print("[dim]Run it again for the next hint.[/]")
     elif not args.all:
-        out.print(f"[dim]That was the last hint; `proflab hint {lab.number} --all` shows them all, and the lab's "
-                  "page walks through the fix.[/]")
+        out.print(f"[dim]That was the last hint; `proflab hint {lab.number} --all` shows them all. The Profile "
+                  f"tab now says what to try in this lab's runs too; the reference fix is "
+                  f"{escape(paths.display(lab.solution))}.[/]")
     return 0
 
 

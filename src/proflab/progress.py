@@ -340,6 +340,13 @@ def record_check(name: str, passed: bool, speedup: float | None, device: str) ->
         lab["checks"] = lab.get("checks", 0) + 1
 
 
+def all_hints_shown(name: str, total: int) -> None:
+    """Remember that every hint of lab ``name`` was shown (``proflab hint N --all``). Raises OSError when it
+    cannot be recorded (callers warn and go on: ``safely``)."""
+    with _updating() as data:
+        data["labs"].setdefault(name, {})["hints_shown"] = total
+
+
 def next_hint(name: str, total: int) -> int:
     """Index of the hint to show now (and remember that it was shown).
 

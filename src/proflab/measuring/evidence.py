@@ -377,6 +377,52 @@ SIZE_READS = {
 }
 
 
+@dataclass(frozen=True)
+class HostReads:
+    """Host reads per step by what made them (``.item()``, ``cudaStreamSynchronize``…), apart: those of the
+    training step, and those inside data loading (a DataLoader's ``__next__``: the data set's own code,
+    its collate), which the step's code did not make and which, on CPU, wait for no device."""
+
+    in_step: dict[str, float]
+    in_loading: dict[str, float]
+    copies_per_step: float  # device-to-host copies (CUDA)
+
+    @property
+    def in_step_per_step(self) -> float:
+        return round(sum(self.in_step.values()), 2)
+
+    @property
+    def in_loading_per_step(self) -> float:
+        return round(sum(self.in_loading.values()), 2)
+
+
+def host_reads(trace: Trace) -> HostReads:
+    """Each time Python waits for a tensor's value, per step, and where (see :func:`host_syncs`)."""
+    n = len(trace.steps)
+    if trace.on_cuda:
+        reads = [(e, e.name) for e in trace.within_steps(
+            lambda e: e.cat in ("cuda_runtime", "cuda_driver") and e.name in SYNC_CALLS)]
+        copies = len(trace.within_steps(lambda e: e.cat == "gpu_memcpy" and "DtoH" in e.name))
+    else:
+        aten = trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::"))
+        found = [e for e in aten if e.name == "aten::_local_scalar_dense"]  # always inside aten::item & co.
+        found += [e for e in _outermost(aten) if e.name == "aten::resolve_neg"]
+        found += _outermost([e for e in aten if e.name in SIZE_READS])
+        reads = [(e, HOST_READS.get(e.name) or SIZE_READS[e.name]) for e in found]
+        copies = 0
+    loading: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for e in trace.events:
+        if e.name.startswith(DATALOADER_PREFIX):
+            loading.setdefault((str(e.pid), str(e.tid)), []).append((e.ts, e.end))
+    in_step: dict[str, int] = {}
+    in_loading: dict[str, int] = {}
+    for e, what in reads:
+        inside = any(start <= e.ts < end for start, end in loading.get((str(e.pid), str(e.tid)), ()))
+        counts = in_loading if inside else in_step
+        counts[what] = counts.get(what, 0) + 1
+    return HostReads({k: v / n for k, v in in_step.items()}, {k: v / n for k, v in in_loading.items()}, copies / n)
+
+
 def host_syncs(trace: Trace) -> Measure:
     """Round trips to the host per step: each time Python waits for a tensor's value.
 
@@ -396,32 +442,25 @@ def host_syncs(trace: Trace) -> Measure:
     ``x[mask]``, ``torch.where(mask)``, ``unique``; ``torch.equal``), which on
     CUDA waits for the device as ``.item()`` does: a read spelled as a shape
     is still a read.
+
+    Every read counts, wherever in the step it is made (a read moved into a data set's code is still made
+    once per step); ``details["in_data_loading"]`` says how many were inside data loading.
     """
-    n = len(trace.steps)
-    on_cuda = trace.on_cuda
-    counts: dict[str, int] = {}
-    if on_cuda:
-        for e in trace.within_steps(lambda e: e.cat in ("cuda_runtime", "cuda_driver") and e.name in SYNC_CALLS):
-            counts[e.name] = counts.get(e.name, 0) + 1
-        copies = len(trace.within_steps(lambda e: e.cat == "gpu_memcpy" and "DtoH" in e.name))
-    else:
-        aten = trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::"))
-        reads = [e for e in aten if e.name == "aten::_local_scalar_dense"]  # always inside aten::item & co.
-        reads += [e for e in _outermost(aten) if e.name == "aten::resolve_neg"]
-        reads += _outermost([e for e in aten if e.name in SIZE_READS])
-        for e in reads:
-            what = HOST_READS.get(e.name) or SIZE_READS[e.name]
-            counts[what] = counts.get(what, 0) + 1
-        copies = 0
-    per_step = sum(counts.values()) / n
-    by_name = {name: count / n for name, count in counts.items()}
+    reads = host_reads(trace)
+    by_name = dict(reads.in_step)
+    for name, count in reads.in_loading.items():
+        by_name[name] = by_name.get(name, 0) + count
+    per_step = sum(by_name.values())
     names = ", ".join(f"{count:g} {name}" for name, count in sorted(by_name.items(), key=lambda kv: -kv[1]))
     summary = f"{per_step:.2g} round trips per step ({names or 'none'})"
-    if on_cuda:
-        summary += f"; {copies / n:.2g} device-to-host copies per step"
+    if reads.in_loading:
+        summary += f", {reads.in_loading_per_step:g} of them inside data loading"
+    if trace.on_cuda:
+        summary += f"; {reads.copies_per_step:.2g} device-to-host copies per step"
     return Measure(value=round(per_step, 2), unit="per step", summary=summary,
-                   details={"round_trips_per_step": per_step, "dtoh_copies_per_step": copies / n,
-                            "steps": float(n), **by_name})
+                   details={"round_trips_per_step": per_step, "dtoh_copies_per_step": reads.copies_per_step,
+                            "steps": float(len(trace.steps)), "in_data_loading": reads.in_loading_per_step,
+                            **by_name})
 
 
 def _product(values: list[Any]) -> float:

@@ -9,10 +9,15 @@ folder of TensorBoard's log folder) and serves, as JSON for its own page
 elsewhere):
 
 * ``/overview``: step time and where it went (``breakdown``), host reads per
-  step, and a recommendation where one part of the step is large;
+  step (those of the training step apart from those inside data loading), and a
+  finding where one part of the step is large: what is large and where; what to
+  try, for a lab's own runs, only once the learner asked a hint of that lab or
+  passed it (``findings``), for any other trace always;
 * ``/operators``: the operator table of key_averages (``operators.table``),
   per step or in total;
-* ``/diff``: two runs' tables side by side, per step (``operators.diff``);
+* ``/diff``: two runs' tables side by side, per step (``operators.diff``), the
+  original (or a gate's baseline) *before*, yours (or the candidate) *after*;
+  ``/pair`` says which two runs the Diff of a run compares by default (``pair``);
 * ``/memory``: for a run profiled with ``profile_memory``, memory allocated
   over the profiled steps, its peak, and the operators that allocate most;
   ``/memory.svg`` draws the curve (matplotlib, on the server).
@@ -36,28 +41,39 @@ from .timeline import OfflineTab, open_route
 
 STATIC = Path(__file__).resolve().parent / "dashboard_static"
 
-# A part of the step this large gets a recommendation (shares of the host time per step).
-ADVICE = {
-    "DataLoader wait": (0.3, "The DataLoader takes {share:.0%} of each step: the loop waits for its data. Load "
-                             "batches in the background: DataLoader(num_workers=…), and pin_memory=True on CUDA."),
+# A part of the step this large gets a finding (shares of the host time per step): what is large and where
+# (the diagnosis, always shown), and what to try (the prescription, held back in a lab's own runs until the
+# learner asked for a hint or passed the lab: the lab is to find it from the profile).
+FINDINGS = {
+    "DataLoader wait": (0.3, "The DataLoader takes {share:.0%} of each step: the loop waits for its data "
+                             "(the enumerate(DataLoader)#…__next__ ranges).",
+                        "Load batches in the background: DataLoader(num_workers=…), and pin_memory=True on "
+                        "CUDA."),
     "syncs": (0.2, "Host reads and syncs take {share:.0%} of each step: the host waits for the device or reads a "
-                   "value back (.item(), .cpu(), .tolist(), printing a tensor). Keep values on the device, read "
-                   "them once in a while."),
+                   "value back (.item(), .cpu(), .tolist(), printing a tensor).",
+              "Keep values on the device, read them once in a while."),
     "other": (0.3, "Python between operators takes {share:.0%} of each step (the ProfilerStep# self time): many "
-                   "small operations launched one by one from Python, or the host doing work of its own. "
-                   "Vectorise (one operator over a whole tensor), or fuse."),
+                   "small operations launched one by one from Python, or the host doing work of its own.",
+              "Vectorise (one operator over a whole tensor), or fuse."),
 }
-READS_ADVICE = ("{reads:g} host reads per step ({names}): each read of a tensor into Python (.item(), .tolist(), "
-                ".cpu(), float(t), if t:) stops the host until the value is ready, on CUDA until the device has "
-                "caught up. Keep the values on the device and read them once per "
-                "interval, not every step.")
-COMM_ADVICE = ("The ranks talk {share:.0%} of each step ({calls}), and they all-reduce the gradients between "
-               "micro-batches, not once per optimizer step: let DDP skip it on every micro-batch but the last "
-               "(model.no_sync()), and send fewer, larger buckets (bucket_cap_mb).")
-COMM_SHARE = 0.3  # communication this large a share of the step, between micro-batches, gets COMM_ADVICE
+READS = ("{reads:g} host reads per step in the training step ({names}): each read of a tensor into Python "
+         "(.item(), .tolist(), .cpu(), float(t), if t:) stops the host until the value is ready, on CUDA until "
+         "the device has caught up.")
+READS_TRY = "Keep the values on the device and read them once per interval, not every step."
+COMM = ("The ranks talk {share:.0%} of each step ({calls}), and they all-reduce the gradients between "
+        "micro-batches, not once per optimizer step.")
+COMM_TRY = ("Let DDP skip the all-reduce on every micro-batch but the last (model.no_sync()), and send fewer, "
+            "larger buckets (bucket_cap_mb).")
+COMM_SHARE = 0.3  # communication this large a share of the step, between micro-batches, gets COMM
 DDP_FORWARD = "DistributedDataParallel.forward"
-DEVICE_IDLE_ADVICE = ("The device is busy only {busy:.0%} of each step: it waits for the host. Look at the host "
-                      "parts above, and at what launches the kernels.")
+DEVICE_IDLE = "The device is busy only {busy:.0%} of each step: it waits for the host."
+DEVICE_IDLE_TRY = "Look at the host parts above, and at what launches the kernels."
+HELD = ("What to try is held back for a lab's own runs until you ask for it: proflab hint {lab} (or pass the "
+        "lab). Find it from the profile first: what is large, and where.")
+
+# The runs a Diff compares: a reference (the original, a gate's baseline) before, and a version after.
+REFERENCES = ("original", "baseline")
+VERSIONS = ("yours", "candidate", "reference")
 
 
 class ProfilePlugin(OfflineTab):
@@ -78,6 +94,8 @@ class ProfilePlugin(OfflineTab):
             "/about": self._json(lambda args: self._about(args.get("run", ""))),
             "/operators": self._json(lambda args: [r.as_dict() for r in operators.table(
                 self._trace(args.get("run", "")), per_step=args.get("per", "step") == "step")]),
+            "/pair": self._json(lambda args: dict(zip(("before", "after"),
+                                                       pair(list(self._runs()), args.get("run", ""))))),
             "/diff": self._json(lambda args: {
                 "before": args.get("before", ""), "after": args.get("after", ""),
                 "changes": [c.as_dict() for c in operators.diff(self._trace(args.get("before", "")),
@@ -98,7 +116,9 @@ class ProfilePlugin(OfflineTab):
 
     def _overview(self, run: str) -> dict[str, Any]:
         path, loaded = self._loaded(run)
-        return {**overview(loaded.trace(path)), "window": loaded.window}
+        lab = lab_of(run)
+        return {**overview(loaded.trace(path), reveal=lab is None or earned(lab)), "window": loaded.window,
+                "held": HELD.format(lab=lab.number) if lab is not None and not earned(lab) else None}
 
     def _about(self, run: str) -> dict[str, Any]:
         path = self._runs().get(run)
@@ -140,21 +160,20 @@ def unreadable(e: Exception) -> str:
     return f"this trace cannot be read ({type(e).__name__}: {e}): profile the run again"
 
 
-def overview(trace: evidence.Trace) -> dict[str, Any]:
-    """Where a profiled step's time went, and what to try where one part is large."""
+def overview(trace: evidence.Trace, reveal: bool = True) -> dict[str, Any]:
+    """Where a profiled step's time went, and a finding for each part that is large: what and where, and
+    what to try where ``reveal``."""
     b = breakdown.of(trace)
-    reads = evidence.host_syncs(trace)
-    names = {k: v for k, v in reads.details.items() if k not in ("round_trips_per_step", "dtoh_copies_per_step",
-                                                                  "steps")}
-    advice = [text.format(share=b.share(part)) for part, (limit, text) in ADVICE.items() if b.share(part) >= limit]
-    if reads.value >= 1:
-        advice.append(READS_ADVICE.format(reads=reads.value, names=", ".join(
-            f"{count:g} {name}" for name, count in sorted(names.items(), key=lambda kv: -kv[1]))))
+    reads = evidence.host_reads(trace)
+    findings = [(text.format(share=b.share(part)), cure) for part, (limit, text, cure) in FINDINGS.items()
+                if b.share(part) >= limit]
+    if reads.in_step_per_step >= 1:
+        findings.append((READS.format(reads=reads.in_step_per_step, names=_counts(reads.in_step)), READS_TRY))
     comm = evidence.allreduce_calls(trace) if b.comm_ms else None
     if comm is not None and b.step_ms and b.comm_ms / b.step_ms >= COMM_SHARE and _syncs_between_micro_batches(trace):
-        advice.append(COMM_ADVICE.format(share=b.comm_ms / b.step_ms, calls=comm.summary))
+        findings.append((COMM.format(share=b.comm_ms / b.step_ms, calls=comm.summary), COMM_TRY))
     if trace.on_cuda and b.step_ms and b.device_busy_ms / b.step_ms < 0.5:
-        advice.append(DEVICE_IDLE_ADVICE.format(busy=b.device_busy_ms / b.step_ms))
+        findings.append((DEVICE_IDLE.format(busy=b.device_busy_ms / b.step_ms), DEVICE_IDLE_TRY))
     return {
         "steps": b.steps, "step_ms": b.step_ms, "on_cuda": trace.on_cuda,
         "parts": [{"key": part, "label": breakdown.LABELS[part], "ms": b.host_ms[part], "share": b.share(part)}
@@ -164,9 +183,59 @@ def overview(trace: evidence.Trace) -> dict[str, Any]:
         "comm_ms": b.comm_ms, "comm_share": b.comm_ms / b.step_ms if b.step_ms else 0.0,
         "allreduce_per_step": comm.value if comm else 0.0,
         "allreduce_mb_per_step": comm.details.get("mb_per_step") if comm else None,  # None: shapes not recorded
-        "host_reads_per_step": reads.value, "host_reads": names,
-        "advice": advice,
+        # Reads in the training step; those inside data loading (the data set's own code, the DataLoader's
+        # __next__) are counted apart: they are not a sync of the step, and not the learner's to change.
+        "host_reads_per_step": reads.in_step_per_step, "host_reads": reads.in_step,
+        "loading_reads_per_step": reads.in_loading_per_step, "loading_reads": reads.in_loading,
+        "findings": [{"what": what, "try": cure if reveal else None} for what, cure in findings],
     }
+
+
+def _counts(by_name: dict[str, float]) -> str:
+    return ", ".join(f"{count:g} {name}" for name, count in sorted(by_name.items(), key=lambda kv: -kv[1]))
+
+
+def lab_of(run: str):
+    """The lab whose own run ``run`` is (``01-dataloader/yours`` → lab 1), or None for any other trace."""
+    from .. import labs
+
+    slug = run.split("/", 1)[0]
+    try:
+        return next((lab for lab in labs.discover() if lab.slug == slug), None)
+    except labs.ManifestError:  # no lab loads: every trace is shown whole
+        return None
+
+
+def earned(lab) -> bool:
+    """Whether the learner asked a hint of ``lab`` or passed it: then its runs' findings say what to try."""
+    from .. import progress
+
+    entry = progress.entry(lab.name)
+    return entry.get("hints_shown", 0) > 0 or entry.get("status") == progress.PASSED
+
+
+def pair(runs: list[str], run: str) -> tuple[str, str]:
+    """The two runs the Diff of ``run`` compares: (before, after), the reference (``original``, or the gate's
+    ``baseline``) before and a version (``yours``, the ``candidate``, the ``reference`` fix) after, of the same
+    lab and the same worker (rank). ``run`` is one of them; the other is found by swapping its role."""
+    parts = run.split("/")
+    listed = set(runs)
+
+    def swapped(roles) -> str | None:
+        for i, part in enumerate(parts[1:], 1):
+            for role in roles:
+                other = "/".join([*parts[:i], role, *parts[i + 1:]])
+                if other != run and other in listed:
+                    return other
+        return None
+
+    if any(part in REFERENCES for part in parts[1:]):
+        after = swapped(VERSIONS) or next((r for r in runs if r != run and r.split("/")[0] == parts[0]
+                                           and not set(r.split("/")[1:]) & set(REFERENCES)), run)
+        return run, after
+    before = swapped(REFERENCES) or next((r for r in runs if r != run and r.split("/")[0] == parts[0]
+                                          and set(r.split("/")[1:]) & set(REFERENCES)), run)
+    return before, run
 
 
 def _syncs_between_micro_batches(trace: evidence.Trace) -> bool:
