@@ -237,6 +237,61 @@ def read_check(text: str) -> dict[str, str]:
     return f
 
 
+# --- labs 3 and 4: figures their pages need beyond the table and the checks' lines --------------------------
+
+LAB3_LABELS = ("layer_norm", "attention", "mlp", "backward", "sgd_step")
+
+
+def read_labels(text: str, root: Path) -> dict[str, str]:
+    """Lab 3: each record_function label of the run's trace, per profiled step: its calls, its total
+    (inclusive) and self (exclusive) time, and the outermost ``aten::`` operators run inside it."""
+    from proflab.measuring import evidence
+
+    m = re.search(r"^Trace: (\S+\.json\S*) \(", text, re.M)
+    if not m:
+        return {}
+    trace = evidence.load(root / m.group(1))
+    steps = len(trace.steps)
+    inside = trace.within_steps(lambda e: e.cat in ("cpu_op", "user_annotation"))
+    f: dict[str, str] = {}
+    for label in LAB3_LABELS:
+        ranges = [e for e in inside if e.name == label]  # a record_function range: a cpu_op in the trace
+        if not ranges or not steps:
+            continue
+        total = self_time = 0.0
+        ops = 0
+        for r in ranges:
+            within = [e for e in inside if e is not r and e.tid == r.tid and r.ts <= e.ts and e.end <= r.end]
+            children = evidence._outermost(within)
+            total += r.dur
+            self_time += r.dur - sum(c.dur for c in children)
+            ops += sum(1 for c in evidence._outermost([e for e in within if e.name.startswith("aten::")]))
+        key = f"label.{label}"
+        f[f"{key}.calls_per_step"] = f"{len(ranges) / steps:g}"
+        f[f"{key}.total_per_step"] = duration(total / 1000 / steps)
+        f[f"{key}.self_per_step"] = duration(self_time / 1000 / steps)
+        f[f"{key}.aten_ops_per_step"] = f"{ops / steps:g}"
+    return f
+
+
+def read_lab3_4(name: str, text: str, root: Path) -> dict[str, str]:
+    """Labs 3 and 4: the check's figures before and after, the host reads, the labels' times (lab 3)."""
+    f: dict[str, str] = {}
+    if m := re.search(r"([\d.]+)× faster than the original over", text):
+        f["speedup"] = m.group(1)
+    if m := re.search(r"mean step in CPU time ([\d.]+) ms → ([\d.]+) ms", text):
+        f["cpu_ms_original"], f["cpu_ms_yours"] = m.groups()
+    if m := re.search(r"^✓ The bottleneck is gone\s.*?: ([\d.]+) (.+?) → ([\d.]+) \2\s*$", text, re.M):
+        f["evidence.original"], f["evidence.unit"], f["evidence.yours"] = m.groups()
+    if m := re.search(r"^✗ The bottleneck is gone\s.*? is still ([\d.]+) ", text, re.M):
+        f["evidence.original"] = f["evidence.yours"] = m.group(1)
+    if m := re.search(r"^Host reads per profiled step, in the training step: ([\d.]+) \((.*?)\)\s", text, re.M):
+        f["host_reads"], f["host_reads_by_call"] = m.groups()
+    if name == "run-exercise" and "Lab 3 " in text:
+        f.update(read_labels(text, root))
+    return f
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lab", type=int, action="append", help="regenerate this lab only (repeatable)")
@@ -276,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                 text, code, took = command(root, number, cmd)
                 (folder / f"{name}.txt").write_text(text, encoding="utf-8")
                 read = read_check(text) if name.startswith("check") else read_run(text, lab, active)
+                if number in (3, 4):
+                    read.update(read_lab3_4(name, text, root))
                 for key, value in read.items():
                     values[f"lab{number}.{name}.{key}"] = value
                 values[f"lab{number}.{name}.exit"] = str(code)
