@@ -2,6 +2,7 @@
 
     python docs/gen_figures.py            # every lab (a few minutes on a quiet 2-core machine)
     python docs/gen_figures.py --lab 6    # one lab (repeatable: --lab 5 --lab 6); the others are kept
+    python docs/gen_figures.py --page instructor   # the instructor guide's outputs only (a few minutes)
 
 For each lab it runs the kit's own commands, on the CPU, in a scratch copy of the kit (its own ``labs/``,
 ``runs/`` and progress, the data of this checkout), so that your runs and progress are left alone:
@@ -35,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -292,10 +294,152 @@ def read_lab3_4(name: str, text: str, root: Path) -> dict[str, str]:
     return f
 
 
+# --- the instructor guide (--page instructor): a class graded, a file the audit refuses -----------------------
+
+CALIBRATION = REPO / "tests" / "calibration"
+CAL_SLEEP = "time.sleep(cfg.step_ms / 1000)"
+
+
+def _calibration_class() -> dict[str, str]:
+    """The guide's class of five on the calibration lab (its steps sleep ``step_ms``): alice 1.6× faster, bob
+    10% slower, carol's file does not parse, dave yields other values, erin's runs alternate 1.45× and 1.0×."""
+    original = (CALIBRATION / "original.py").read_text(encoding="utf-8")
+    assert CAL_SLEEP in original
+
+    def variant(speedup: float) -> str:
+        return original.replace(CAL_SLEEP, f"time.sleep(cfg.step_ms / 1000 / {speedup})")
+
+    return {
+        "alice/90.py": variant(1.6), "alice/notes.py": "x = 1\n", "bob/calibration.py": variant(1 / 1.1),
+        "carol/90_calibration.py": "def pipeline(cfg:\n    yield {}\n",
+        "dave__90.py": original.replace("* step}", "* (step + 1)}"),
+        "erin/90.py": (CALIBRATION / "scheduled.py").read_text(encoding="utf-8"),
+        "README.md": "# the class\n",
+    }
+
+
+def _shorten_submission(s: dict) -> dict:
+    keys = ("learner", "lab", "number", "title", "file", "verdict", "exit_code", "score", "max_score", "speedup",
+            "peak_share", "threshold", "device", "error", "duration_s")
+    out = {k: s[k] for k in keys if k in s}
+    checks = s.get("checks", [])
+    out["checks"] = [checks[0], "…", checks[-1]] if len(checks) > 2 else checks
+    for k in ("comparison", "timings"):
+        if k in s:
+            out[k] = {n: v for n, v in s[k].items() if n != "stopped"} if k == "comparison" else s[k]
+    out["…"] = "…"
+    return out
+
+
+def _junit_excerpt(xml: str, learners: tuple[str, ...]) -> str:
+    """The suites of ``learners``; every suite after the first keeps its failing test case alone."""
+    parts = []
+    for i, learner in enumerate(learners):
+        m = re.search(rf'^\s*<testsuite name="{learner}".*?</testsuite>', xml, re.M | re.S)
+        suite = textwrap.dedent(m.group(0).strip("\n"))
+        if i:
+            lines = suite.splitlines()
+            keep = [n for n, line in enumerate(lines) if "<error" in line or "<failure" in line]
+            start = max(n for n, line in enumerate(lines[:keep[0]]) if "<testcase" in line)
+            end = next(n for n in range(keep[0], len(lines)) if "</testcase>" in lines[n])
+            suite = "\n".join([lines[0], "  …", *lines[start:end + 1], lines[-1]])
+        parts.append(suite)
+    return "\n".join(parts) + "\n"
+
+
+def _gradescope_excerpt(record: dict) -> dict:
+    tests = record.get("tests", [])
+    out = {k: v for k, v in record.items() if k not in ("tests", "extra_data")}
+    out["tests"] = [tests[0], "…", tests[-1]] if len(tests) > 2 else tests
+    order = ["score", "execution_time", "output", "output_format", "visibility", "stdout_visibility", "tests",
+             "leaderboard"]
+    out = {k: out[k] for k in order if k in out} | {k: v for k, v in out.items() if k not in order}
+    if "extra_data" in record:
+        out["extra_data"] = {"proflab": record["extra_data"].get("proflab"),
+                             "submissions": ["… the comparison and timings of each lab …"]}
+    return out
+
+
+def page_instructor() -> int:
+    """Write docs/figures/instructor/: the class graded (the summary, bob's JSON record, bob's and erin's JUnit
+    suites, a learner's Gradescope results) and the source audit refusing a file; figures as ``lab90.*``."""
+    sys.path.insert(0, str(REPO / "src"))
+    folder = OUT / "instructor"
+    folder.mkdir(parents=True, exist_ok=True)
+    old = json.loads(FIGURES.read_text()) if FIGURES.is_file() else {}
+    values = {k: v for k, v in old.get("values", {}).items() if not k.startswith("lab90.")}
+    runs_meta = {k: v for k, v in old.get("runs", {}).items() if not k.startswith("instructor/")}
+    subprocess.run([*PROFLAB, "data"], cwd=REPO, check=True, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+
+    def run(root: Path, args: list[str], env: dict | None = None) -> tuple[str, int, float]:
+        start = time.monotonic()
+        proc = subprocess.run([*PROFLAB, *args], cwd=root, capture_output=True, text=True, timeout=1800,
+                              env={**os.environ, "PROFLAB_ROOT": str(root), "COLUMNS": WIDTH, "NO_COLOR": "1",
+                                   "TERM": "dumb", "PYTHONPATH": str(REPO / "src"), **(env or {})})
+        lines = [line.rstrip() for line in (proc.stdout + proc.stderr).splitlines() if not NOT_OUTPUT.match(line)]
+        text = ("\n".join(lines).strip("\n") + "\n").replace(str(root) + "/", "")
+        return text, proc.returncode, time.monotonic() - start
+
+    def write(name: str, text: str, code: int, took: float) -> None:
+        (folder / f"{name}.txt").write_text(text, encoding="utf-8")
+        runs_meta[f"instructor/{name}"] = {"exit": code, "seconds": round(took, 1)}
+        values[f"lab90.{name}.exit"] = str(code)
+
+    with tempfile.TemporaryDirectory(prefix="proflab-figures-") as tmp:
+        root = scratch_kit(Path(tmp))
+        lab = root / "labs" / "90_calibration"
+        shutil.copytree(CALIBRATION, lab, ignore=shutil.ignore_patterns("__pycache__"))
+        manifest = lab / "lab.toml"
+        manifest.write_text(re.sub(r"(?m)^max_rounds = \d+$", "max_rounds = 3", manifest.read_text()), encoding="utf-8")
+        for name, text in _calibration_class().items():
+            (root / "class" / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / "class" / name).write_text(text, encoding="utf-8")
+        env = {"PROFLAB_CAL_SPEEDUPS": "1.45,1.0", "PROFLAB_CAL_COUNTER": str(root / "erin-runs"),
+               "PROFLAB_SANDBOX_SHARED": str(root)}
+        print("instructor: proflab grade class …", file=sys.stderr, flush=True)
+        text, code, took = run(root, ["grade", "class", "--device", "cpu", "--format", "junit", "--out",
+                                      "out/report.xml", "--json-out", "out/grades.json"], env)
+        write("grade", text, code, took)
+        record = json.loads((root / "out" / "grades.json").read_text(encoding="utf-8"))
+        bob = next(s for s in record["submissions"] if s["learner"] == "bob")
+        write("grade-bob-json", json.dumps(_shorten_submission(bob), indent=2, ensure_ascii=False) + "\n", code, took)
+        write("grade-not-graded-json", '"not_graded": ' + json.dumps(record.get("not_graded", []), indent=2,
+                                                                    ensure_ascii=False) + "\n", code, took)
+        xml = (root / "out" / "report.xml").read_text(encoding="utf-8")
+        write("grade-junit", _junit_excerpt(xml, ("bob", "erin")), code, took)
+        for s in record["submissions"]:
+            values[f"lab90.grade.{s['learner']}.speedup"] = f"{s['speedup']:.2f}" if s.get("speedup") else ""
+            values[f"lab90.grade.{s['learner']}.score"] = f"{s['score']:g}" if s.get("score") is not None else ""
+
+        print("instructor: proflab grade submission --format gradescope …", file=sys.stderr, flush=True)
+        (root / "submission").mkdir()
+        (root / "submission" / "90.py").write_text(_calibration_class()["alice/90.py"], encoding="utf-8")
+        text, code, took = run(root, ["grade", "submission", "--device", "cpu", "--format", "gradescope",
+                                      "--out", "out/results.json"])
+        results = json.loads((root / "out" / "results.json").read_text(encoding="utf-8"))
+        write("gradescope", json.dumps(_gradescope_excerpt(results), indent=2, ensure_ascii=False) + "\n", code,
+              took)
+
+        print("instructor: proflab check 1 --file lab1_env_latency.py …", file=sys.stderr, flush=True)
+        shutil.copyfile(REPO / "tests" / "cheats" / "lab1_env_latency.py", root / "lab1_env_latency.py")
+        text, code, took = run(root, ["check", "1", "--file", "lab1_env_latency.py", "--device", "cpu"])
+        write("audit-refused", text, code, took)
+    values["lab90.machine"] = describe(machine(), today())
+    FIGURES.write_text(json.dumps({"machine": old.get("machine", {}), "runs": dict(sorted(runs_meta.items())),
+                                   "values": dict(sorted(values.items()))}, indent=1, ensure_ascii=False) + "\n",
+                       encoding="utf-8")
+    print(f"wrote {folder.relative_to(REPO)}/ and the lab90.* figures", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lab", type=int, action="append", help="regenerate this lab only (repeatable)")
+    parser.add_argument("--page", choices=("instructor",), help="regenerate this page's outputs only")
     args = parser.parse_args(argv)
+    if args.page == "instructor":
+        return page_instructor()
     sys.path.insert(0, str(REPO / "src"))
     from proflab import labs as kit_labs
 
