@@ -11,6 +11,8 @@ before anything runs.
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -176,3 +178,188 @@ def test_proflab_run_on_a_gate_lab_says_how_to_try_the_settings(lab7_kit):
     assert "holds a gate's settings, not a pipeline" in proc.stderr
     assert "proflab gate labs/01_dataloader/exercise.py --baseline labs/01_dataloader/original.py --config" \
         in proc.stderr
+
+
+# --- lab 7 stands alone: it brings the fix it gates ------------------------------------------------------
+
+LAB7 = Path(__file__).resolve().parents[1] / "labs" / "07_gate"
+
+
+def _code_of(path: Path):
+    """A module's code, without its docstring and its ``if __name__ == "__main__"`` block."""
+    import ast
+
+    body = ast.parse(path.read_text()).body
+    body = [node for node in body[1:] if not (isinstance(node, ast.If) and "__main__" in ast.dump(node.test))]
+    return [ast.dump(node) for node in body]
+
+
+def test_lab_7_sends_no_one_to_another_labs_exercise():
+    """Everything lab 7 hands a learner (its tables' comments, its pipeline, its hints, its line in
+    `proflab list`) works in a kit where lab 1 was never touched: every file it names is one the kit ships as
+    it is, never another lab's exercise (untouched, it is that lab's original), and the pipeline it brings to
+    gate is lab 1's fix."""
+    import re
+
+    from proflab import labs
+
+    lab = labs.load(LAB7)
+    root = LAB7.parents[1]
+    assert lab.gating.pipeline, "lab 7 brings the fix it gates"
+    pipeline = LAB7 / lab.gating.pipeline
+    told = "\n".join([(LAB7 / "exercise.toml").read_text(), (LAB7 / "original.toml").read_text(),
+                      pipeline.read_text(), *lab.hints, lab.summary])
+    exercises = {other.exercise.resolve() for other in labs.discover(root / "labs") if other.number != lab.number}
+    named = set(re.findall(r"labs/[\w./-]+?\.(?:py|toml)\b", told))
+    assert "labs/07_gate/pipeline.py" in named, "lab 7 tells how to gate the fix it brings"
+    for name in sorted(named):
+        assert (root / name).is_file(), f"lab 7 names {name}, which the kit does not ship"
+        assert (root / name).resolve() not in exercises, \
+            f"lab 7 sends the learner to {name}: another lab's exercise, its original until that lab is done"
+    assert "need not" in lab.summary, "`proflab list` says that lab 7 stands alone"
+    assert _code_of(pipeline) == _code_of(root / "labs" / "01_dataloader" / "solution.py"), \
+        f"{pipeline.name} is lab 1's fix"
+
+
+# The lab's own try of the settings, as its exercise shows it (the fix it brings against the loader it replaced),
+# made cheap: the fix is ~3x faster, far from 1.6x and from 1, so two rounds of four steps call it.
+TRY = ["--max-slowdown", "1.6", "--rounds", "2", "--max-rounds", "8", "--timed-steps", "4", "--profile-steps", "2"]
+
+
+@pytest.fixture(scope="module")
+def trial_gate(kit, tmp_path_factory) -> tuple[Kit, int, dict]:
+    """`proflab gate` on lab 7's pipeline against lab 1's original, with lab 7's exercise as its settings, in
+    a kit where lab 1 was never touched, from the kit's folder."""
+    import json
+
+    k = sharing_data(tmp_path_factory.mktemp("lab7-alone"), kit)
+    proc = k.run("gate", "labs/07_gate/pipeline.py", "--baseline", "labs/01_dataloader/original.py",
+                 "--config", "labs/07_gate/exercise.toml", *TRY, "--json")
+    assert proc.stdout.strip(), f"no JSON on stdout; stderr:\n{proc.stderr}"
+    return k, proc.returncode, json.loads(proc.stdout)
+
+
+def test_lab_7_brings_the_fix_it_gates_to_a_learner_who_never_did_lab_1(trial_gate):
+    kit, code, report = trial_gate
+    assert (kit.lab1 / "exercise.py").read_bytes() == (kit.lab1 / "original.py").read_bytes()  # lab 1 untouched
+    assert code == 0, f"{report.get('error')}; {[(c['name'], c['status'], c['rationale']) for c in report['checks']]}"
+    assert report["slowdown"]["high"] < 1.0, f"the fix is an improvement on the original: {report['slowdown']}"
+    assert "DataLoader" in report["because"].get("faster", ""), report["because"]
+
+
+def test_a_gate_on_lab_7s_settings_keeps_its_traces_in_the_kits_runs_folder(trial_gate):
+    kit, _, report = trial_gate
+    runs = kit.root / "runs" / "gate"  # where the lab's page looks: proflab tensorboard --logdir runs/gate
+    assert set(report["traces"]) == {"baseline", "candidate"}, report["traces"]
+    for which, trace in report["traces"].items():
+        assert Path(trace).parent.resolve() == (runs / which).resolve(), trace
+        assert list((runs / which).glob("*.pt.trace.json")), f"no {which} trace in {runs / which}"
+    stray = [p.relative_to(kit.root).as_posix() for p in (kit.root / "labs").rglob("*")
+             if "runs" in p.relative_to(kit.root).parts]
+    assert not stray, f"traces written inside the lab's folder: {stray}"
+
+
+# --- lab 7's check in TensorBoard: its runs as the report names them, with Scalars, Text and Images ------------
+
+def printed_runs(stdout: str) -> tuple[str, list[str]]:
+    """The folder and the run names a check's terminal report gives: ``Traces: runs/ (runs: a, b)``."""
+    import re
+
+    found = re.search(r"Traces: (\S+)/ \(runs: ([^)]*)\)", " ".join(stdout.split()))
+    assert found, f"no 'Traces: … (runs: …)' line in:\n{stdout}"
+    return found[1], found[2].split(", ")
+
+
+def listed_runs(runs: Path) -> dict[str, set[str]]:
+    """The runs TensorBoard lists under ``runs``, as each kind of tab lists them: its own dashboards (any event
+    file) by plugin, and the kit's Profile and Trace timeline tabs (any trace)."""
+    from tensorboard.backend.event_processing import plugin_event_multiplexer
+
+    from proflab.viewing import timeline
+
+    events = plugin_event_multiplexer.EventMultiplexer()
+    events.AddRunsFromDirectory(str(runs))
+    events.Reload()
+    found = {plugin: set(events.PluginRunToTagToContent(plugin)) for plugin in ("scalars", "text", "images")}
+    found["traces"] = set(timeline.newest_traces(runs))
+    return found
+
+
+@pytest.fixture(scope="module")
+def gate_check_in_a_terminal(kit, tmp_path_factory) -> tuple[Kit, subprocess.CompletedProcess]:
+    """`proflab check 7` as a learner sees it (no --json), with settings that profile, in a kit of its own."""
+    k = sharing_data(tmp_path_factory.mktemp("lab7-tensorboard"), kit)
+    (k.root / "mine.toml").write_text(CHEAP + "profile_steps = 2\n")
+    return k, k.run("check", "7", "--file", "mine.toml")
+
+
+def test_lab_7s_check_names_its_runs_as_tensorboard_lists_them_and_fills_scalars_text_and_images(
+        gate_check_in_a_terminal):
+    import urllib.parse
+
+    from proflab.viewing import tensorboard
+    from test_tensorboard import free_port
+    from test_tensorboard_views import fetch, fetch_json
+
+    kit, proc = gate_check_in_a_terminal
+    assert proc.returncode in (0, 1, 4), proc.stdout + proc.stderr
+    folder, names = printed_runs(proc.stdout)
+    assert folder == "runs", proc.stdout  # `proflab tensorboard` serves runs/: the names are from there
+    ran = [g for g in ("unchanged", "regression") if f"07-gate/{g}/candidate" in names]
+    assert ran and ran[0] == "unchanged", names
+    assert names == sorted(f"07-gate/{g}/{v}" for g in ran for v in ("baseline", "candidate")), names
+    for name in names:
+        assert list((kit.root / "runs" / name).glob("*.pt.trace.json")), f"no trace in runs/{name}"
+    assert not (kit.root / "labs" / "07_gate" / "runs").exists()
+
+    port = free_port()
+    server = tensorboard.start(kit.root / "runs", port=port)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:  # TensorBoard reads the event files in the background
+            tags = {plugin: fetch_json(base, f"/data/plugin/{plugin}/tags") for plugin in ("scalars", "text",
+                                                                                          "images")}
+            if all(set(tags[p]) == set(names) if p == "scalars" else len(tags[p]) == len(ran) for p in tags) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        timeline_runs = fetch_json(base, "/data/plugin/proflab_timeline/runs")
+        assert sorted(timeline_runs) == names, "the Profile and Trace timeline tabs list the printed runs"
+        assert sorted(tags["scalars"]) == names, "Scalars lists the printed runs"
+        for gate in ran:
+            rounds = []
+            for which in ("baseline", "candidate"):
+                run = f"07-gate/{gate}/{which}"
+                assert list(tags["scalars"][run]) == ["step_time_ms/07-gate"], tags["scalars"][run]
+                points = fetch_json(base, "/data/plugin/scalars/scalars", run=run, tag="step_time_ms/07-gate")
+                assert [step for _, step, _ in points] == list(range(len(points))) and points, points
+                assert all(value > 0 for _, _, value in points)
+                rounds.append(len(points))
+            assert rounds[0] == rounds[1] >= 2, f"one mean step a paired round, for each version: {rounds}"
+            run = f"07-gate/{gate}/candidate"
+            text = fetch_json(base, "/data/plugin/text/text", run=run, tag="checker_report/text_summary")[0]["text"]
+            assert "Lab 7 · Keep it fast" in text and f"<strong>{gate}</strong> gate" in text, text
+            for title in ("Passes the unchanged fix", "Catches the regression", "Names the cause"):
+                assert title in text, text
+            assert sorted(tags["images"][run]) == ["step_times", "where_the_time_went"], tags["images"]
+            for tag in ("step_times", "where_the_time_went"):
+                sample = fetch_json(base, "/data/plugin/images/images", run=run, tag=tag, sample=0)[0]
+                png = fetch(base, "/data/plugin/images/individualImage?" + sample["query"])
+                assert png.startswith(b"\x89PNG") and len(png) > 10_000, urllib.parse.unquote(sample["query"])
+    finally:
+        tensorboard.stop(server)
+
+
+def test_a_later_check_that_runs_fewer_gates_leaves_only_its_own_runs_listed(gate_check_in_a_terminal):
+    """A check whose first gate fails (a limit the unchanged fix cannot be called under in two rounds) runs no
+    second gate: TensorBoard must not go on listing the earlier check's regression runs beside its own."""
+    kit, first = gate_check_in_a_terminal
+    (kit.root / "tight.toml").write_text(CHEAP.replace("max_slowdown = 1.6", "max_slowdown = 1.05")
+                                         .replace("max_rounds = 8", "max_rounds = 2") + "profile_steps = 2\n")
+    proc = kit.run("check", "7", "--file", "tight.toml")
+    assert proc.returncode in (0, 1, 4), proc.stdout + proc.stderr
+    _, names = printed_runs(proc.stdout)
+    listed = listed_runs(kit.root / "runs")
+    assert listed["traces"] == listed["scalars"] == set(names), (names, listed)
+    assert listed["text"] == listed["images"] == {n for n in names if n.endswith("/candidate")}, (names, listed)

@@ -262,6 +262,9 @@ class Gating:
     # gate on this workload can resolve at all)
     limits: dict[str, tuple[float, float]] = field(default_factory=dict)
     where: str = ""  # where to look when the cause is not named
+    # The lab's own copy of the fix, in its folder ("pipeline.py"): what a learner gates and breaks on purpose
+    # without having done that lab; the checker never runs it
+    pipeline: str = ""
 
 
 @dataclass(frozen=True)
@@ -491,7 +494,7 @@ _RANGES = _Kind("a table of [low, high] ranges ({rounds = [2, 10]})",
                                                        and r[0] <= r[1] for r in v.values()))
 _GATE: Spec = {"lab": (_LAB_NAME, True), "fix": (_FILE, True), "fix_sha256": (_SHA, True),
                "regression": (_FILE, True), "cause": (_TEXT, True), "settings": (_TEXTS, True),
-               "limits": (_RANGES, False), "where": (_STRING, False)}
+               "limits": (_RANGES, False), "where": (_STRING, False), "pipeline": (_FILE, False)}
 # A gate lab runs no pipeline of its own: its workload is only the checker's time limits.
 GATE_WORKLOAD = Workload(batch_size=1, warmup_steps=0, timed_steps=1, profile_steps=0, rounds=1, timeout_s=900)
 _DISTRIBUTED: Spec = {"nproc": (_integer(2), True), "same_on_every_rank": (_TEXTS, False),
@@ -633,6 +636,9 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
     overhead = p.table(top["overhead"], "overhead", _OVERHEADS) if "overhead" in top else {}
     leaner = p.table(top["memory"], "memory", _PEAK_SHARES) if "memory" in top else {}
     gating = p.table(top["gate"], "gate", _GATE) if gate_lab else None
+    if gating and "pipeline" in gating and not (folder / gating["pipeline"]).is_file():
+        p.add("gate", f"pipeline names {gating['pipeline']!r}, which is not a file in "
+                      f"{Path(p.where).parent.as_posix()}/")
     timing = p.table(top["timing"], "timing", _TIMING) if "timing" in top else {}
     if not gate_lab and sum(key in top for key in ("speedup", "overhead", "memory")) != 1:
         p.add("", "give one of [speedup] (how much faster a fix must be), [overhead] (how little slower "
@@ -699,7 +705,8 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
         gating=Gating(lab=str(gating["lab"]), fix=gating["fix"], fix_sha256=gating["fix_sha256"].lower(),
                       regression=gating["regression"], cause=gating["cause"], settings=tuple(gating["settings"]),
                       limits={k: (float(a), float(b)) for k, (a, b) in gating.get("limits", {}).items()},
-                      where=gating.get("where", "")) if gating and len(gating) >= 6 else None,
+                      where=gating.get("where", ""), pipeline=gating.get("pipeline", ""))
+        if gating and len(gating) >= 6 else None,
         timing={device: figure for device, figure in timing.items() if device in DEVICES},
         timing_why=timing.get("why", ""),
     )

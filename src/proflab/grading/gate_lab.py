@@ -11,12 +11,20 @@ with it twice, on the kit's own files, verified by their fingerprints:
     3. regression    the fix undone against the fix: a regression
     4. cause         that verdict names what changed (the DataLoader)
 
-Each gate's traces are published under ``runs/07-gate/`` (runs
-``unchanged`` and ``regression``, a baseline and a candidate each).
+Each gate's traces are published in the kit's runs folder as four
+TensorBoard runs, ``07-gate/unchanged/baseline``, ``07-gate/unchanged/candidate``,
+``07-gate/regression/baseline`` and ``07-gate/regression/candidate`` (``run_name``):
+the report names them as TensorBoard lists them, and ``cmd_check`` adds each
+gate's Scalars, Text and Images to them (``summaries.write_gate_check``).
+
+The lab carries its own copy of the fix (``[gate] pipeline``, ``pipeline.py``)
+for the learner to try the settings on, and to break on purpose, without
+having done lab 1; the checker never runs it: it gates the kit's files.
 """
 
 from __future__ import annotations
 
+import fcntl
 import time
 from pathlib import Path
 
@@ -25,6 +33,15 @@ from . import gate as gating
 from . import gate_config
 from .checks import CHECKS, FAILED, PASSED, Check, NotGraded, Progress, Report, snapshot, trace_dir, unreadable, \
     workspace
+
+GATES = ("unchanged", "regression")  # the two gates a check runs, in order
+VERSIONS = ("baseline", "candidate")
+
+
+def run_name(lab: labs.Lab, gate: str, which: str) -> str:
+    """A gate's version as TensorBoard lists it under the kit's runs folder: ``07-gate/unchanged/baseline``."""
+    return f"{lab.slug}/{gate}/{which}"
+
 
 TITLES = {
     "runs": ("Your gate's settings", "the file holds a [tool.proflab.gate] table that sets how to gate"),
@@ -42,7 +59,8 @@ def check(lab: labs.Lab, file: Path, label: str = "yours", device: str = "auto",
           on_progress: Progress = lambda message: None) -> Report:
     started = time.perf_counter()
     report = Report(lab=lab.name, number=lab.number, title=lab.title, file=str(file), label=label,
-                    checks=[Check(*c) for c in checks_of(lab)], runs_dir=str(paths.runs_dir() / lab.slug),
+                    # the run names the report prints are relative to this: TensorBoard's own (07-gate/...)
+                    checks=[Check(*c) for c in checks_of(lab)], runs_dir=str(paths.runs_dir()),
                     against=f"as the gate of lab {lab.gating.lab}'s fix")
     try:
         with workspace("check-") as work:
@@ -118,7 +136,7 @@ def _lab_name(value) -> str:
 
 
 def _grade(lab: labs.Lab, mine: Path, shown: Path, device: str, report: Report, on_progress: Progress) -> None:
-    runs, unchanged, caught, cause = (report.check(n) for n, *_ in CHECKS)
+    runs = report.check("runs")
     g = lab.gating
     if labs.sha256(lab.original) != lab.original_sha256:
         report.verdict = "error"
@@ -163,26 +181,56 @@ def _grade(lab: labs.Lab, mine: Path, shown: Path, device: str, report: Report, 
         report.evidence[name] = {k: getattr(done, k) for k in ("verdict", "slowdown", "because", "duration_s",
                                                                "changes", "traces", "stopped")}
         report.evidence[name]["rounds"] = (done.comparison or {}).get("rounds", 0)
+        # what TensorBoard's Scalars and Images show of it: each round's mean step, where a profiled step went
+        report.evidence[name].update(max_slowdown=done.max_slowdown, timings=done.timings,
+                                     breakdown=done.breakdown, runs=[run_name(lab, name, v) for v in VERSIONS])
         report.traces.update({f"{name}_{which}": path for which, path in done.traces.items()})
         report.device = done.device
         return done
 
+    try:
+        report.verdict = _run_both(lab, run_gate, fix, undone, limit, report)
+    finally:
+        forget_untraced(lab, report)
+
+
+def _run_both(lab: labs.Lab, run_gate, fix: Path, undone: Path, limit: float, report: Report) -> str:
+    """The two gates, the second only when the first passes; the check's verdict."""
+    unchanged, caught, cause = (report.check(n) for n in ("same_results", "evidence", "faster"))
     first = run_gate(fix, "unchanged", 1)
     if first is None:
-        report.verdict = FAILED
-        return
+        return FAILED
     judge_unchanged(first, limit, unchanged)
     if unchanged.status != PASSED:
-        report.verdict = FAILED
-        return
+        return FAILED
     second = run_gate(undone, "regression", 2)
     if second is None:
-        report.verdict = FAILED
-        return
+        return FAILED
     judge_regression(second, limit, caught)
     if caught.status == PASSED:
-        judge_cause(second, g, cause)
-    report.verdict = PASSED if cause.status == PASSED else FAILED
+        judge_cause(second, lab.gating, cause)
+    return PASSED if cause.status == PASSED else FAILED
+
+
+def forget_untraced(lab: labs.Lab, report: Report) -> None:
+    """A gate this check did not trace (not run, or run without a profile) keeps no runs of an earlier check:
+    TensorBoard then lists this check's runs only, the ones its report names. Best effort: a file that cannot
+    be removed costs only a stale run."""
+    for gate in GATES:
+        if any(f"{gate}_{which}" in report.traces for which in VERSIONS):
+            continue
+        folder = trace_dir(lab, gate)
+        if not folder.is_dir():
+            continue
+        try:
+            with open(folder / ".lock", "a+") as lock:  # the lock traces.publish takes on these runs
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                for which in VERSIONS:
+                    for old in [*(folder / which).glob("*.pt.trace.json*"),
+                                *(folder / which).glob("events.out.tfevents.*")]:
+                        old.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 # --- what each gate's verdict means for the learner's settings ------------------------

@@ -51,19 +51,23 @@ def where_time_went(breakdowns: dict[str, Breakdown], title: str) -> Figure:
 
 
 def step_times(times_ms: dict[str, list[float]], ratios: list[float], threshold: float | None,
-               title: str) -> Figure:
+               title: str, times_label: str = "step time, ms (every timed step of every run)",
+               ratios_title: str = "Original / yours, per round", ratio_label: str = "speed-up per round",
+               threshold_label: str = "threshold") -> Figure:
+    """Left, the step times of each version; right, one ratio per round against the threshold (a lab's
+    speed-up over the original; lab 7's gates give their slowdown, against max_slowdown)."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=100, gridspec_kw={"width_ratios": [3, 2]})
     names = [n for n in times_ms if times_ms[n]]
     left.boxplot([times_ms[n] for n in names], vert=False, showfliers=True, widths=0.5)
     left.set_yticks(range(1, len(names) + 1), names)
     left.invert_yaxis()
-    left.set_xlabel("step time, ms (every timed step of every run)")
+    left.set_xlabel(times_label)
     left.set_xlim(left=0)
     left.set_title("Step time", fontsize=10)
     if ratios:
-        right.plot(range(1, len(ratios) + 1), ratios, "o", color="#1f77b4", label="speed-up per round")
+        right.plot(range(1, len(ratios) + 1), ratios, "o", color="#1f77b4", label=ratio_label)
         if threshold is not None:
-            right.axhline(threshold, color="#d62728", linestyle="--", label=f"threshold {threshold:g}×")
+            right.axhline(threshold, color="#d62728", linestyle="--", label=f"{threshold_label} {threshold:g}×")
         right.set_xticks(range(1, len(ratios) + 1))
         right.set_xlabel("round")
         right.set_ylim(0, max(max(ratios), threshold or 0) * 1.45)
@@ -72,7 +76,7 @@ def step_times(times_ms: dict[str, list[float]], ratios: list[float], threshold:
         right.text(0.5, 0.5, "not timed:\nan earlier check failed", ha="center", va="center")
         right.set_xticks([])
         right.set_yticks([])
-    right.set_title("Original / yours, per round", fontsize=10)
+    right.set_title(ratios_title, fontsize=10)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return fig

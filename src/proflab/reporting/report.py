@@ -143,8 +143,8 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
     for note in report.notes:
         console.print(f"[yellow]![/] {shown(note)}")
     if report.traces:
-        console.print(f"Traces: {shown(paths.display(report.runs_dir))}/ "
-                      f"(runs: {', '.join(sorted({_run_name(p) for p in report.traces.values()}))})")
+        runs = sorted({_run_name(p, report.runs_dir) for p in report.traces.values()})
+        console.print(f"Traces: {shown(paths.display(report.runs_dir))}/ (runs: {', '.join(runs)})")
         console.print("Open them side by side: [bold]proflab tensorboard[/]")
 
 
@@ -171,8 +171,14 @@ def check_grid(checks, in_full, min_width: int) -> Table:
     return grid
 
 
-def _run_name(trace_path: str) -> str:
-    return Path(trace_path).parent.name
+def _run_name(trace_path: str, runs_dir: str = "") -> str:
+    """A trace's run, named from ``runs_dir`` (the folder the report prints) as TensorBoard names it from
+    there: ``yours`` in ``runs/01-dataloader/``, ``07-gate/unchanged/baseline`` in ``runs/`` (lab 7)."""
+    run = Path(trace_path).parent
+    try:
+        return run.relative_to(runs_dir).as_posix() if runs_dir else run.name
+    except ValueError:
+        return run.name
 
 
 def console_for(stream=None) -> Console:

@@ -7,6 +7,10 @@ For each check, in the lab's runs folder (``runs/01-dataloader/``):
 * Text ``checker_report`` in the learner's run: the report as a table;
 * Images ``where_the_time_went`` and ``step_times`` in the learner's run.
 
+Lab 7's check runs two gates instead (``write_gate_check``), and writes the
+same three kinds into each gate's two runs, the runs of its traces
+(``runs/07-gate/unchanged/baseline`` and ``…/candidate``, likewise ``regression``).
+
 Old event files in those runs are replaced, so TensorBoard shows the latest
 check only, as it does for the traces.
 """
@@ -122,10 +126,23 @@ def write_step_times(lab: labs.Lab, label: str, step_times_s: list[float]) -> Pa
     return folder
 
 
+def to_write(lab: labs.Lab, report: Report) -> bool:
+    """Whether a check has summaries to write: a lab's once the learner's version was timed; lab 7's once a
+    gate published its traces (its summaries go into those runs)."""
+    if report.error:
+        return False
+    if lab.gating is not None:
+        return bool(report.traces)
+    return bool(report.step_times["learner"])
+
+
 def write_check(lab: labs.Lab, report: Report) -> Path:
-    """Scalars, text and images for one check; returns the learner's run folder."""
+    """Scalars, text and images for one check; returns the learner's run folder (lab 7: the runs folder)."""
     from . import charts
     from .report import to_markdown
+
+    if lab.gating is not None:
+        return write_gate_check(lab, report)
 
     if report.step_times["original"]:
         write_step_times(lab, "original", report.step_times["original"])
@@ -144,3 +161,81 @@ def write_check(lab: labs.Lab, report: Report) -> Path:
             w.add_figure(STEP_TIMES, charts.step_times(times, ratios if report.comparison else [],
                                                        report.threshold, f"Lab {lab.number}: step times"))
     return folder
+
+
+# --- lab 7: a check that runs two gates ------------------------------------------------------------------
+
+def write_gate_check(lab: labs.Lab, report: Report) -> Path:
+    """Lab 7's check, for each gate it traced (``unchanged``, then ``regression``), in the runs of its two
+    traces (``07-gate/unchanged/baseline`` and ``07-gate/unchanged/candidate``: the names the report prints):
+
+    * Scalars ``step_time_ms/07-gate`` in both runs, each round's mean step (the gate's timings), so all
+      four runs overlay in one chart;
+    * Text ``checker_report`` in the candidate's run: the check's report and this gate's verdict;
+    * Images ``where_the_time_went`` and ``step_times`` in the candidate's run: baseline against candidate.
+
+    Returns the runs folder.
+    """
+    from . import charts
+
+    for gate, found in report.evidence.items():
+        folders = {which: Path(report.traces[f"{gate}_{which}"]).parent for which in ("baseline", "candidate")
+                   if f"{gate}_{which}" in report.traces}
+        if not isinstance(found, dict) or not folders:
+            continue
+        timings = found.get("timings") or {}
+        for which, folder in folders.items():
+            with _Writer(folder) as w:
+                _step_times(w, lab, timings.get(which, []))
+                if which != "candidate":
+                    continue
+                w.add_text(REPORT, gate_markdown(lab, report, gate))
+                parts = {v: Breakdown(**found["breakdown"][v]) for v in ("baseline", "candidate")
+                         if v in (found.get("breakdown") or {})}
+                if parts:
+                    w.add_figure(WHERE, charts.where_time_went(
+                        parts, f"Lab {lab.number}, the {gate} gate: where a profiled step's time went"))
+                base, cand = timings.get("baseline", []), timings.get("candidate", [])
+                if base and cand:
+                    w.add_figure(STEP_TIMES, charts.step_times(
+                        {"baseline": [t * 1000.0 for t in base], "candidate": [t * 1000.0 for t in cand]},
+                        [c / b for b, c in zip(base, cand) if b > 0], found.get("max_slowdown"),
+                        f"Lab {lab.number}, the {gate} gate: step times", times_label="mean step time of a round, ms",
+                        ratios_title="Candidate / baseline, per round", ratio_label="slowdown per round",
+                        threshold_label="max_slowdown"))
+    return Path(report.runs_dir)
+
+
+# What each of lab 7's gates runs, in words.
+GATE_RUNS = {"unchanged": "the fix against itself", "regression": "the fix undone against the fix"}
+
+
+def gate_markdown(lab: labs.Lab, report: Report, gate: str) -> str:
+    """Lab 7's report as Markdown, for the Text dashboard of one gate's candidate run."""
+    from .report import _WORD, _cell
+
+    verdict = {"passed": "PASSED", "failed": "FAILED", "inconclusive": "INCONCLUSIVE"}.get(report.verdict,
+                                                                                         "NOT GRADED")
+    found = report.evidence[gate]
+    lines = [f"## Lab {report.number} · {report.title}: {verdict}", "",
+             f"`{Path(report.file).name}`, {report.against}, on {report.device}, in {report.duration_s:.0f} s: "
+             f"two gates, each a TensorBoard run for its baseline and one for its candidate. This is the "
+             f"**{gate}** gate ({GATE_RUNS.get(gate, gate)}), runs "
+             + " and ".join(f"`{r}`" for r in found.get("runs", ())) + ".", "",
+             "| check | verdict | expected | measured |", "|---|---|---|---|"]
+    for c in report.checks:
+        measured = c.actual if c.status != "skipped" else "an earlier check failed"
+        lines.append(f"| {c.title} | {_WORD[c.status]} | {_cell(c.expected)} | {_cell(measured)} |")
+    s = found.get("slowdown") or {}
+    if s:
+        said = {"passed": "no regression", "failed": "regression"}.get(found.get("verdict"), "too noisy to call")
+        lines += ["", f"**The {gate} gate:** {said}: {s['median']:.2f}× the baseline's step time (95% interval "
+                      f"{s['low']:.2f}–{s['high']:.2f}×, {found.get('rounds', 0)} rounds) against max_slowdown "
+                      f"{found.get('max_slowdown', 0):g}×"]
+    because = (found.get("because") or {}).get("slower") or (found.get("because") or {}).get("faster")
+    if because:
+        lines += ["", f"**What changed most:** {because}"]
+    failed = next((c for c in report.checks if c.status in ("failed", "inconclusive")), None)
+    if failed and failed.help:
+        lines += ["", f"**Where to look next:** {failed.help}"]
+    return "\n".join(lines)
