@@ -176,7 +176,7 @@ def test_proflab_run_on_a_gate_lab_says_how_to_try_the_settings(lab7_kit):
     proc = lab7_kit.run("run", "7")
     assert proc.returncode == 2
     assert "holds a gate's settings, not a pipeline" in proc.stderr
-    assert "proflab gate labs/01_dataloader/exercise.py --baseline labs/01_dataloader/original.py --config" \
+    assert "proflab gate labs/07_gate/pipeline.py --baseline labs/01_dataloader/original.py --config" \
         in proc.stderr
 
 

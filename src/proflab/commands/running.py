@@ -28,8 +28,10 @@ def cmd_run(args) -> int:
     lab, file = _lab_and_file(args.lab, args.file, args.version)
     if lab.gating is not None:
         target = _lab(lab.gating.lab)
+        # the lab's own copy of the fix it gates, where it brings one; else the gated lab's exercise
+        pipeline = lab.folder / lab.gating.pipeline if lab.gating.pipeline else target.exercise
         raise UsageError(f"lab {lab.number}'s {file.name} holds a gate's settings, not a pipeline to profile; "
-                         f"try them: proflab gate {paths.display(target.exercise)} --baseline "
+                         f"try them: proflab gate {paths.display(pipeline)} --baseline "
                          f"{paths.display(target.original)} --config {paths.display(file)}")
     label = _label(lab, file)
     w = lab.workload
