@@ -294,6 +294,42 @@ def read_lab3_4(name: str, text: str, root: Path) -> dict[str, str]:
     return f
 
 
+# --- labs 1 and 2: figures their pages need beyond the table and the checks' lines -------------------------
+
+
+def read_lab1_2(name: str, text: str) -> dict[str, str]:
+    """Labs 1 and 2: the DataLoader's row of the table (its name is cut), the check's evidence before and after
+    and the share of the step it measured, and the parts of the check's ``measured`` line under *Faster*."""
+    f: dict[str, str] = {}
+    for row in table(text)[1]:
+        if row["Name"].startswith("enumerate(DataLoader)#"):
+            for title, key in COLUMNS.items():
+                if title in row:
+                    f[f"dataloader.{key}"] = row[title]
+            f["dataloader.avg_ms"] = duration(ms(row["CPU time avg"]))
+            f["dataloader.children"] = duration(ms(row["CPU total"]) - ms(row["Self CPU"]))
+            break
+    if m := re.search(r"^✓ The bottleneck is gone\s.*?: ([\d.]+) (.+?) → ([\d.]+) \2\s*$", text, re.M):
+        f["evidence.original"], f["evidence.unit"], f["evidence.yours"] = m.groups()
+    elif m := re.search(r"^✗ The bottleneck is gone\s.*? is still ([\d.]+) (\S+)", text, re.M):
+        f["evidence.original"] = f["evidence.yours"] = m.group(1)
+        f["evidence.unit"] = m.group(2)
+    flat = re.sub(r"\s*\n\s+", " ", text)  # the checks' lines, wrapped to the terminal's width, joined
+    if m := re.search(r"^✓ Faster\s+([\d.]+)× faster than the original", text, re.M):
+        f["speedup"] = m.group(1)
+    if m := re.search(r"measured\s+[\d.]+ \w+: (\d+%) of\s+each\s+step\s+\(([\d.]+ ms) of ([\d.]+ ms)\)\s+"
+                      r"\(original: (\d+%) of\s+each\s+step \(([\d.]+ ms) of ([\d.]+ ms)\)", flat):
+        (f["evidence.share"], f["evidence.wait"], f["evidence.step"], f["evidence.original_share"],
+         f["evidence.original_wait"], f["evidence.original_step"]) = m.groups()
+    if m := re.search(r"measured\s+[\d.]+ \w+: (\d+) indexing ops per step \((.*?)\) \(original: (\d+) indexing", flat):
+        f["evidence.ops"], f["evidence.ops_by_name"], f["evidence.original_ops"] = m.groups()
+    if m := re.search(r"mean step(?: in CPU time)? ([\d.]+ ms) → ([\d.]+ ms); median ([\d.]+ ms) → ([\d.]+ ms), "
+                      r"p95 ([\d.]+ ms) → ([\d.]+ ms); rounds ([\d.]+)–([\d.]+)×, noise ±(\d+)%", flat):
+        (f["mean_original"], f["mean_yours"], f["median_original"], f["median_yours"], f["p95_original"],
+         f["p95_yours"], f["rounds_low"], f["rounds_high"], f["noise_pct"]) = m.groups()
+    return f
+
+
 # --- the instructor guide (--page instructor): a class graded, a file the audit refuses -----------------------
 
 CALIBRATION = REPO / "tests" / "calibration"
@@ -477,6 +513,8 @@ def main(argv: list[str] | None = None) -> int:
                 read = read_check(text) if name.startswith("check") else read_run(text, lab, active)
                 if number in (3, 4):
                     read.update(read_lab3_4(name, text, root))
+                if number in (1, 2):
+                    read.update(read_lab1_2(name, text))
                 for key, value in read.items():
                     values[f"lab{number}.{name}.{key}"] = value
                 values[f"lab{number}.{name}.exit"] = str(code)

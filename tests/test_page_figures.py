@@ -47,15 +47,16 @@ CONVERTED = [
     "index.md",
     "labs/03-fusion.md",
     "labs/04-syncs.md",
+    "labs/01-dataloader.md",
+    "labs/02-embeddings.md",
     "ci.md", "instructor.md",
 ]
 PENDING = [
-    "labs/01-dataloader.md", "labs/02-embeddings.md",
     "labs/07-gate.md",  # lab 7's code is being changed; its page follows that change
 ]
 
 # Pages whose figures are not yet all generated, but whose fix already stays in the hints.
-FIX_ONLY = ["labs/01-dataloader.md", "labs/02-embeddings.md"]
+FIX_ONLY: list[str] = []
 
 # A measured-looking figure: a number with a unit of time, size, a share or a ratio; a count of calls;
 # a count of steps of a phase; a schedule's arguments.
