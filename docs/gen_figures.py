@@ -12,7 +12,10 @@ For each lab it runs the kit's own commands, on the CPU, in a scratch copy of th
     proflab check N                                the untouched exercise, graded (it fails)
     proflab check N --file labs/NN_*/solution.py   the reference fix, graded (it passes)
 
-and lab 1 once more with ``--profile-memory``. What each command printed is written as it printed it,
+and lab 1 once more with ``--profile-memory``. Lab 7, whose exercise is a gate's settings, runs its page's
+``proflab gate`` commands instead (``LAB7_RUNS``: lab 7's copy of lab 1's fix against lab 1's original, the
+copy broken on purpose against lab 1's fix, the fix against itself with the exercise's settings), then
+``proflab check 7`` on the exercise and on ``labs/07_gate/solution.toml``. What each command printed is written as it printed it,
 ``docs/figures/labN/<what>.txt`` (the pages include these files whole, or a part of them, with
 pymdownx.snippets: ``--8<-- "lab6/run-exercise.txt"``), and the figures read from it are written to
 ``docs/figures/figures.json``, by name (``lab6.run-exercise.op.c10d::allreduce_.calls``), beside a
@@ -330,6 +333,119 @@ def read_lab1_2(name: str, text: str) -> dict[str, str]:
     return f
 
 
+# --- lab 7 (a gate lab): the page's gate commands and the check, on the lab's own copy of lab 1's fix ----------
+
+# What lab 7's page runs, in this order: (name, arguments). "{broken}" runs with the lab's pipeline.py broken on
+# purpose (its DataLoader's workers taken away, as the page tells the learner to), then put back.
+LAB7_RUNS = [
+    ("gate-improvement", ["gate", "labs/07_gate/pipeline.py", "--baseline", "labs/01_dataloader/original.py",
+                          "--lab", "1"]),
+    ("gate-regression", ["gate", "labs/07_gate/pipeline.py", "--baseline", "labs/01_dataloader/solution.py",
+                         "--lab", "1", "{broken}"]),
+    ("gate-exercise", ["gate", "labs/07_gate/pipeline.py", "--baseline", "labs/07_gate/pipeline.py", "--config",
+                       "labs/07_gate/exercise.toml"]),
+    ("check-exercise", ["check", "{lab}"]),
+    ("check-solution", ["check", "{lab}", "--file", "labs/07_gate/solution.toml"]),
+]
+
+
+def break_pipeline(source: str) -> str:
+    """Lab 7's pipeline.py with its fix undone as the page says: no workers, and without the options that need them."""
+    broken = re.sub(r"num_workers=\d+", "num_workers=0", source)
+    broken = re.sub(r"(?m)^\s*(?:persistent_workers|prefetch_factor)=.*\n", "", broken)
+    assert broken != source and "num_workers=0" in broken
+    return broken
+
+
+_TOLD = r"([\d.]+)× the fix's step time \(95% interval ([\d.]+)–([\d.]+)×, (\d+) rounds\)"
+
+
+def read_gate(text: str) -> dict[str, str]:
+    """A gate's report (``proflab gate``) or a gate lab's check (``proflab check 7``): its verdict, slowdown,
+    interval, rounds, noise, and the cause it names, with the before and after of that cause."""
+    f: dict[str, str] = {}
+    flat = re.sub(r"\s*\n\s+", " ", text)  # the checks' lines, wrapped to the terminal's width, joined
+    if m := re.search(r"^(NO REGRESSION|REGRESSION|INCONCLUSIVE|NOT GATED)\b.*? · exit (\d+) · (\d+) s", text, re.M):
+        f["verdict"], f["gate_exit"], f["took_s"] = m.groups()
+    if m := re.search(r"^(PASSED|FAILED|NOT GRADED|INCONCLUSIVE)\b.*? in (\d+) s", text, re.M):
+        f["verdict"], f["took_s"] = m.groups()
+    if m := re.search(r"(an improvement|no regression): ([\d.]+)× (faster|slower|as fast)", flat):
+        f["kind"], f["change"] = m.group(1), m.group(2)
+    if m := re.search(r"regression: ([\d.]+)× the baseline's step time, more than the ([\d.]+)× allowed", flat):
+        f["kind"], f["slowdown"], f["limit"] = "regression", m.group(1), m.group(2)
+    if m := re.search(r"too noisy to call: ([\d.]+)× over (\d+) rounds", flat):
+        f["kind"], f["slowdown"], f["rounds"] = "too noisy to call", m.group(1), m.group(2)
+    if m := re.search(r"over (\d+) paired rounds \(95% interval ([\d.]+)–([\d.]+)×\)", flat):
+        f["rounds"], f["low"], f["high"] = m.groups()
+    elif m := re.search(r"the 95% interval ([\d.]+)–([\d.]+)× straddles the ([\d.]+)× limit", flat):
+        f["low"], f["high"], f["limit"] = m.groups()
+    if m := re.search(r"([\d.]+)× the baseline's step time \(mean step", flat):
+        f["slowdown"] = m.group(1)
+    if m := re.search(r"noise ±(\d+%)", flat):
+        f["noise"] = m.group(1)
+    if m := re.search(r"because `([^`]+)` went from ([\d.]+ \S+) to ([\d.]+ \S+) per step", flat):
+        f["cause"], f["cause_before"], f["cause_after"] = m.groups()
+    for which, pattern in (("unchanged", r"no regression on the unchanged fix: "),
+                           ("unchanged", r"your gate could not call the unchanged fix: "),
+                           ("unchanged", r"a false alarm: your gate calls the unchanged fix a regression \("),
+                           ("regression", r"regression caught: the fix undone is "),
+                           ("regression", r"your gate let the fix undone through: ")):
+        if m := re.search(pattern + _TOLD, flat):
+            (f[f"{which}.slowdown"], f[f"{which}.low"], f[f"{which}.high"], f[f"{which}.rounds"]) = m.groups()
+    if m := re.search(r"^Traces: (\S+)/ \(runs: ([^)]*)\)", text, re.M):
+        f["traces"], f["trace_runs"] = m.groups()
+    return f
+
+
+def lab_gate(root: Path, number: int, values: dict[str, str], runs_meta: dict[str, dict]) -> None:
+    """Lab 7: the page's gate commands and ``proflab check 7`` on the exercise and on the reference settings, in
+    the scratch kit; each output to ``docs/figures/lab7/<name>.txt``, its figures as ``lab7.<name>.*``."""
+    folder = OUT / f"lab{number}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for old_file in folder.glob("*.txt"):
+        old_file.unlink()
+    pipeline = next((root / "labs").glob(f"{number:02d}_*")) / "pipeline.py"
+    fixed = pipeline.read_text(encoding="utf-8")
+    for name, cmd in LAB7_RUNS:
+        broken = "{broken}" in cmd
+        cmd = [a for a in cmd if a != "{broken}"]
+        print(f"lab {number}: proflab {' '.join(cmd).format(lab=number)}{' (pipeline.py broken)' if broken else ''} …",
+              file=sys.stderr, flush=True)
+        try:
+            if broken:
+                pipeline.write_text(break_pipeline(fixed), encoding="utf-8")
+            text, code, took = command(root, number, cmd)
+        finally:
+            pipeline.write_text(fixed, encoding="utf-8")  # put back, as `git checkout -- …` does for the learner
+        (folder / f"{name}.txt").write_text(text, encoding="utf-8")
+        for key, value in read_gate(text).items():
+            values[f"lab{number}.{name}.{key}"] = value
+        values[f"lab{number}.{name}.exit"] = str(code)
+        runs_meta[f"lab{number}/{name}"] = {"exit": code, "seconds": round(took, 1)}
+        print(f"  exit {code}, {took:.0f} s", file=sys.stderr, flush=True)
+    values[f"lab{number}.machine"] = describe(machine(), today())
+
+
+def write_figures(mine, values: dict[str, str], runs_meta: dict[str, dict], meta: dict | None = None) -> None:
+    """Write figures.json, merged: read it again now (another run of this script, for other labs, may have
+    written it meanwhile) and replace only the keys this run made (``mine(key)``, values and runs), keeping the
+    rest. ``meta`` (the machine of this run) replaces the file's; without it the file's is kept."""
+    latest = json.loads(FIGURES.read_text(encoding="utf-8")) if FIGURES.is_file() else {}
+    merged_values = {k: v for k, v in latest.get("values", {}).items() if not mine(k)}
+    merged_values.update({k: v for k, v in values.items() if mine(k)})
+    merged_runs = {k: v for k, v in latest.get("runs", {}).items() if not mine(k)}
+    merged_runs.update({k: v for k, v in runs_meta.items() if mine(k)})
+    if meta is None:
+        meta = latest.get("machine", {})
+    else:
+        meta = {**meta, "labs": sorted({int(m.group(1)) for k in merged_runs if (m := re.match(r"lab(\d+)/", k))})}
+    tmp = FIGURES.with_name(FIGURES.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"machine": meta, "runs": dict(sorted(merged_runs.items())),
+                               "values": dict(sorted(merged_values.items()))}, indent=1, ensure_ascii=False) + "\n",
+                   encoding="utf-8")
+    os.replace(tmp, FIGURES)
+
+
 # --- the instructor guide (--page instructor): a class graded, a file the audit refuses -----------------------
 
 CALIBRATION = REPO / "tests" / "calibration"
@@ -462,9 +578,7 @@ def page_instructor() -> int:
         text, code, took = run(root, ["check", "1", "--file", "lab1_env_latency.py", "--device", "cpu"])
         write("audit-refused", text, code, took)
     values["lab90.machine"] = describe(machine(), today())
-    FIGURES.write_text(json.dumps({"machine": old.get("machine", {}), "runs": dict(sorted(runs_meta.items())),
-                                   "values": dict(sorted(values.items()))}, indent=1, ensure_ascii=False) + "\n",
-                       encoding="utf-8")
+    write_figures(lambda k: k.startswith(("lab90.", "instructor/")), values, runs_meta)
     print(f"wrote {folder.relative_to(REPO)}/ and the lab90.* figures", file=sys.stderr)
     return 0
 
@@ -479,11 +593,13 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO / "src"))
     from proflab import labs as kit_labs
 
-    every = {lab.number: lab for lab in kit_labs.discover() if lab.gating is None}
-    chosen = sorted(args.lab or every)
-    unknown = [n for n in chosen if n not in every]
+    discovered = kit_labs.discover()
+    every = {lab.number: lab for lab in discovered if lab.gating is None}
+    gates = {lab.number: lab for lab in discovered if lab.gating is not None}  # lab 7: its gates and checks
+    chosen = sorted(args.lab or {**every, **gates})
+    unknown = [n for n in chosen if n not in every and n not in gates]
     if unknown:
-        parser.error(f"no such lab with a pipeline: {unknown}")
+        parser.error(f"no such lab: {unknown}")
 
     old = json.loads(FIGURES.read_text()) if FIGURES.is_file() else {}
     values: dict[str, str] = {k: v for k, v in old.get("values", {}).items()
@@ -497,6 +613,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="proflab-figures-") as tmp:
         root = scratch_kit(Path(tmp))
         for number in chosen:
+            if number in gates:
+                lab_gate(root, number, values, runs_meta)
+                continue
             lab = every[number]
             folder = OUT / f"lab{number}"
             folder.mkdir(parents=True, exist_ok=True)
@@ -533,7 +652,6 @@ def main(argv: list[str] | None = None) -> int:
         "note": ("measured while other work loaded the machine (load average above half its cores): "
                  "timings are noisier than on a quiet machine; re-run `python docs/gen_figures.py` on a quiet one "
                  "before a release" if busy else "measured on a quiet machine"),
-        "labs": sorted({int(k.split("/")[0][3:]) for k in runs_meta}),
         "last_command": "python docs/gen_figures.py" + "".join(f" --lab {n}" for n in (args.lab or [])),
         "last_took_s": round(took),
     }
@@ -542,8 +660,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine.python": m["python"], "machine.date": when, "machine.memory_gib": str(m["memory_gib"]),
     })
     values["machine"] = describe(m, when)
-    FIGURES.write_text(json.dumps({"machine": meta, "runs": runs_meta, "values": dict(sorted(values.items()))},
-                                  indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    made = tuple(f"lab{n}{sep}" for n in chosen for sep in "./")
+    write_figures(lambda k: k.startswith(made) or k == "machine" or k.startswith("machine."), values, runs_meta, meta)
     print(f"wrote {FIGURES.relative_to(REPO)} and docs/figures/lab*/ in {took:.0f} s", file=sys.stderr)
     return 0
 

@@ -50,10 +50,9 @@ CONVERTED = [
     "labs/01-dataloader.md",
     "labs/02-embeddings.md",
     "ci.md", "instructor.md",
+    "labs/07-gate.md",
 ]
-PENDING = [
-    "labs/07-gate.md",  # lab 7's code is being changed; its page follows that change
-]
+PENDING: list[str] = []
 
 # Pages whose figures are not yet all generated, but whose fix already stays in the hints.
 FIX_ONLY: list[str] = []
@@ -78,6 +77,7 @@ ALLOWED = [
     ("reading-a-profile.md", "active=3", "the example schedule of the page's own example loop"),
     ("reading-a-profile.md", "repeat=1", "the example schedule of the page's own example loop"),
     ("reading-a-profile.md", "3 calls", "the example loop's count, from its own schedule (active=3)"),
+    ("labs/07-gate.md", "1%", "the exercise's own comment on its max_slowdown = 1.01, a setting, not measured"),
 ]
 # The instructor guide states the checker's own constants, each set in the code (not measured), and the
 # factors the guide's class of five is built with (docs/gen_figures.py --page instructor).
@@ -111,6 +111,7 @@ FIX_TOKENS = {
     4: ["index_add_", "bincount", "isfinite", "loss.detach()"],
     5: ["no_grad", "inference_mode", ".item()", ".detach()"],
     6: ["no_sync", "bucket_cap_mb"],
+    7: ["max_slowdown = 1.3", "max_slowdown of 1.3", "1.3×", "max_rounds = 30", "profile_steps = 5"],
 }
 AFTER_YOU_PASS = re.compile(r'^\?\?\? note "After you pass[^"]*"\n((?:[ \t]+.*\n|\s*\n)*)', re.M)
 
