@@ -66,7 +66,8 @@ let painted = 0;
 for (const c of canvases) {
   if (!c.width || !c.height) continue;
   const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-  for (let i = 0; i < d.length; i += 4 * 5) if (d[i + 3] > 0 && (d[i] < 230 || d[i + 1] < 230 || d[i + 2] < 230)) painted++;
+  for (let i = 0; i < d.length; i += 4 * 5)
+    if (d[i + 3] > 0 && (d[i] < 230 || d[i + 1] < 230 || d[i + 2] < 230)) painted++;
 }
 if (painted < 500) return null;
 const fetched = (name) => { const e = performance.getEntriesByType('resource').find((r) => r.name.includes(name));
