@@ -119,6 +119,23 @@ def test_without_a_last_run_the_newest_trace_is_opened(runs, tmp_path, monkeypat
     assert timeline.recommended_run(runs["logdir"]) == "memory/03-original"  # written last
 
 
+def test_the_run_opened_first_is_named_as_the_tabs_list_it(runs, tmp_path, monkeypatch):
+    """A gate's runs are three folders deep, a distributed job's listed per rank: the run opened first is
+    one the tabs list, never a folder they do not."""
+    from proflab import progress
+
+    logdir = tmp_path / "runs"
+    shutil.copytree(runs["logdir"] / DISTRIBUTED_LAB, logdir / DISTRIBUTED_LAB)
+    gate = logdir / "07-gate" / "regression" / "candidate"
+    gate.mkdir(parents=True)
+    shutil.copy(next((runs["logdir"] / LABS[1] / "original").glob("*.pt.trace.json*")), gate)
+    monkeypatch.setenv("PROFLAB_ROOT", str(tmp_path))  # a kit with no progress file: the newest trace's run
+    assert timeline.recommended_run(logdir) == "07-gate/regression/candidate"
+    progress.remember_run(DISTRIBUTED_LAB, "original")  # what `proflab run 6 --version original` records
+    assert timeline.recommended_run(logdir) == f"{DISTRIBUTED_LAB}/original/rank0"
+    assert timeline.recommended_run(logdir) in timeline.newest_traces(logdir)
+
+
 def hint(runs, lab: int) -> None:
     """The learner asks a hint of ``lab`` in the kit whose progress the tab reads: its prescriptions show."""
     shown = runs["kit"].run("hint", str(lab))

@@ -74,24 +74,28 @@ def newest_traces(logdir: Path | None) -> dict[str, Path]:
 
 
 def recommended_run(logdir: Path) -> str | None:
-    """The run a learner should open first: the one they made last (the kit's progress file says which),
-    else the newest trace's; None when there is none. Odd state (a progress file of another shape, a
-    trace deleted meanwhile) falls back, never raises for it."""
+    """The run a learner should open first, by the name the tabs list it under: the one they made last (the
+    kit's progress file says which; a distributed job's first rank), else the newest trace's, however deep
+    its folder (a gate's ``07-gate/regression/candidate``); None when there is none. Odd state (a progress
+    file of another shape, a trace deleted meanwhile) falls back, never raises for it."""
     from .. import progress
 
+    listed = newest_traces(logdir)
     last = progress.last_run()
-    if isinstance(last, dict) and all(isinstance(last.get(key), str) and last[key] for key in ("lab", "run")) \
-            and (logdir / last["lab"] / last["run"]).is_dir():
-        return f"{last['lab']}/{last['run']}"
+    if isinstance(last, dict) and all(isinstance(last.get(key), str) and last[key] for key in ("lab", "run")):
+        name = f"{last['lab']}/{last['run']}"
+        found = name if name in listed else next((r for r in listed if r.startswith(name + "/")), None)
+        if found is not None:
+            return found
     newest = None
-    for trace in logdir.glob("*/*/*.pt.trace.json*"):
+    for run, trace in listed.items():
         try:
             mtime = trace.stat().st_mtime
         except OSError:  # gone meanwhile, a broken link
             continue
         if newest is None or mtime > newest[0]:
-            newest = (mtime, trace)
-    return None if newest is None else f"{newest[1].parent.parent.name}/{newest[1].parent.name}"
+            newest = (mtime, run)
+    return None if newest is None else newest[1]
 
 
 def open_route(logdir: Path | None):
