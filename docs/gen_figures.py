@@ -644,12 +644,15 @@ def main(argv: list[str] | None = None) -> int:
     when = today()
     m = machine()
     load_after = os.getloadavg()
-    busy = max(load_before[0], load_after[0]) > 0.5 * (m["cores"] or 1)
+    # Busy: other work loaded the machine when the runs began (the load after them is theirs: a check keeps the
+    # cores busy, so it says nothing of other work).
+    busy = load_before[0] > 0.5 * (m["cores"] or 1)
     meta = {
         **m, "date": when,
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
         "quiet": not busy,
-        "note": ("measured while other work loaded the machine (load average above half its cores): "
+        "note": ("measured while other work loaded the machine (a load average above half its cores when the runs "
+                 "began): "
                  "timings are noisier than on a quiet machine; re-run `python docs/gen_figures.py` on a quiet one "
                  "before a release" if busy else "measured on a quiet machine"),
         "last_command": "python docs/gen_figures.py" + "".join(f" --lab {n}" for n in (args.lab or [])),
