@@ -134,6 +134,9 @@ class Change:
     status: str  # added | removed | grown | shrunk | same
     before: Row | None
     after: Row | None
+    # "same" because its share of the step did not move: it grew or shrank with the whole step (a version
+    # whose step changed, or a machine busier for one run), not on its own
+    with_step: bool = False
 
     @property
     def self_delta_us(self) -> float:
@@ -147,7 +150,7 @@ class Change:
         return {"name": self.name, "status": self.status,
                 "before": self.before.as_dict() if self.before else None,
                 "after": self.after.as_dict() if self.after else None,
-                "self_delta_us": self.self_delta_us, "calls_delta": self.calls_delta}
+                "self_delta_us": self.self_delta_us, "calls_delta": self.calls_delta, "with_step": self.with_step}
 
 
 # A change in self time smaller than this share of the before-step (and under 5 µs) counts as the same.
@@ -201,6 +204,7 @@ def diff(before: Trace, after: Trace, noise: float = 0.0) -> list[Change]:
     changes = []
     for name in a.keys() | b.keys():
         old, new = a.get(name), b.get(name)
+        with_step = False
         if old is None:
             status = "added"
         elif new is None:
@@ -213,15 +217,16 @@ def diff(before: Trace, after: Trace, noise: float = 0.0) -> list[Change]:
                 if steps_a is None:
                     steps_a, steps_b = self_per_step(before), self_per_step(after)
                 beyond = new.self_cpu_us - old.self_cpu_us * scale  # its move beyond the whole step's
-                same = (_within_step_noise(steps_a.get(name, []), steps_b.get(name, []), delta)
-                        or abs(beyond) < max(5.0, SHARE_MOVED * step_us * scale) or (beyond > 0) != (delta > 0)
-                        or _within_step_noise([x * scale for x in steps_a.get(name, [])], steps_b.get(name, []),
-                                              beyond))
+                same = _within_step_noise(steps_a.get(name, []), steps_b.get(name, []), delta)
+                with_step = not same and (
+                    abs(beyond) < max(5.0, SHARE_MOVED * step_us * scale) or (beyond > 0) != (delta > 0)
+                    or _within_step_noise([x * scale for x in steps_a.get(name, [])], steps_b.get(name, []), beyond))
+                same = same or with_step
             if same:
                 status = "same"
             else:
                 status = "grown" if delta > 0 or (delta == 0 and new.calls > old.calls) else "shrunk"
-        changes.append(Change(name, status, old, new))
+        changes.append(Change(name, status, old, new, with_step))
     changes.sort(key=lambda c: (-abs(c.self_delta_us), c.name))
     return changes
 

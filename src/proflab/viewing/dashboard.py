@@ -60,8 +60,8 @@ READS = ("{reads:g} host reads per step in the training step ({names}): each rea
          "(.item(), .tolist(), .cpu(), float(t), if t:) stops the host until the value is ready, on CUDA until "
          "the device has caught up.")
 READS_TRY = "Keep the values on the device and read them once per interval, not every step."
-COMM = ("The ranks talk {share:.0%} of each step ({calls}), and they all-reduce the gradients between "
-        "micro-batches, not once per optimizer step.")
+COMM = ("The ranks talk {share:.0%} of each step ({calls}); the all-reduces start inside the step, after the "
+        "backward pass of a micro-batch that is not its last.")
 COMM_TRY = ("Let DDP skip the all-reduce on every micro-batch but the last (model.no_sync()), and send fewer, "
             "larger buckets (bucket_cap_mb).")
 COMM_SHARE = 0.3  # communication this large a share of the step, between micro-batches, gets COMM
