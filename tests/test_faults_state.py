@@ -271,9 +271,13 @@ def test_the_last_run_is_validated_before_tensorboard_uses_it(bare_kit, monkeypa
         progress_file(bare_kit).write_text(json.dumps({"labs": {}, "last_run": last}))
         assert cli._what_to_open(bare_kit.root / "runs") == ["[dim]No runs yet: `proflab run 1` writes the first one.[/]"]
     assert len(asides(bare_kit)) == 3
-    (bare_kit.root / "runs" / "01-dataloader" / "yours").mkdir(parents=True)
+    for run in ("yours", "original"):  # two runs of lab 1, each with its trace: the tabs list them
+        (bare_kit.root / "runs" / "01-dataloader" / run).mkdir(parents=True)
+        (bare_kit.root / "runs" / "01-dataloader" / run / "vm_1.1.pt.trace.json").write_text('{"traceEvents": []}')
     progress_file(bare_kit).write_text(json.dumps({"labs": {}, "last_run": {"lab": "01-dataloader", "run": "yours"}}))
-    assert "01-dataloader/yours" in cli._what_to_open(bare_kit.root / "runs")[0]
+    said = cli._what_to_open(bare_kit.root / "runs")
+    assert "01-dataloader/yours" in said[0]
+    assert "Diff[/] view: run [bold]01-dataloader/original[/] → 01-dataloader/yours" in said[1], said
 
 
 # --- B. terminal control sequences: a real lab run -----------------------------------------

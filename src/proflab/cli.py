@@ -294,10 +294,12 @@ def _what_to_open(logdir: Path) -> list[str]:
         run = timeline.recommended_run(logdir)
         if run is None:
             return ["[dim]No runs yet: `proflab run 1` writes the first one.[/]"]
-        original = f"{run.split('/')[0]}/original"
+        from .viewing import dashboard
+
+        before, after = dashboard.pair(list(timeline.newest_traces(logdir)), run)  # as the Diff pairs them
         lines = [f"Open first: the [bold]Profile[/] tab (Overview, Operators, Diff, Memory), run [bold]{escape(run)}[/]"]
-        if run != original and (logdir / original).is_dir():
-            lines.append(f"  then its [bold]Diff[/] view: run [bold]{escape(original)}[/] → {escape(run)}")
+        if before != after:
+            lines.append(f"  then its [bold]Diff[/] view: run [bold]{escape(before)}[/] → {escape(after)}")
         return lines + tabs
     except Exception:  # never worth the server: it is up, say something useful anyway
         return generic

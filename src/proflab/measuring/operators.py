@@ -137,6 +137,8 @@ class Change:
     # "same" because its share of the step did not move: it grew or shrank with the whole step (a version
     # whose step changed, or a machine busier for one run), not on its own
     with_step: bool = False
+    # "same" because its move is within what its time varies from step to step in the two runs
+    within_noise: bool = False
 
     @property
     def self_delta_us(self) -> float:
@@ -150,7 +152,8 @@ class Change:
         return {"name": self.name, "status": self.status,
                 "before": self.before.as_dict() if self.before else None,
                 "after": self.after.as_dict() if self.after else None,
-                "self_delta_us": self.self_delta_us, "calls_delta": self.calls_delta, "with_step": self.with_step}
+                "self_delta_us": self.self_delta_us, "calls_delta": self.calls_delta, "with_step": self.with_step,
+                "within_noise": self.within_noise}
 
 
 # A change in self time smaller than this share of the before-step (and under 5 µs) counts as the same.
@@ -204,7 +207,7 @@ def diff(before: Trace, after: Trace, noise: float = 0.0) -> list[Change]:
     changes = []
     for name in a.keys() | b.keys():
         old, new = a.get(name), b.get(name)
-        with_step = False
+        with_step = within_noise = False
         if old is None:
             status = "added"
         elif new is None:
@@ -217,7 +220,7 @@ def diff(before: Trace, after: Trace, noise: float = 0.0) -> list[Change]:
                 if steps_a is None:
                     steps_a, steps_b = self_per_step(before), self_per_step(after)
                 beyond = new.self_cpu_us - old.self_cpu_us * scale  # its move beyond the whole step's
-                same = _within_step_noise(steps_a.get(name, []), steps_b.get(name, []), delta)
+                same = within_noise = _within_step_noise(steps_a.get(name, []), steps_b.get(name, []), delta)
                 with_step = not same and (
                     abs(beyond) < max(5.0, SHARE_MOVED * step_us * scale) or (beyond > 0) != (delta > 0)
                     or _within_step_noise([x * scale for x in steps_a.get(name, [])], steps_b.get(name, []), beyond))
@@ -226,7 +229,7 @@ def diff(before: Trace, after: Trace, noise: float = 0.0) -> list[Change]:
                 status = "same"
             else:
                 status = "grown" if delta > 0 or (delta == 0 and new.calls > old.calls) else "shrunk"
-        changes.append(Change(name, status, old, new, with_step))
+        changes.append(Change(name, status, old, new, with_step, within_noise))
     changes.sort(key=lambda c: (-abs(c.self_delta_us), c.name))
     return changes
 
