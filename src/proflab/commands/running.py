@@ -188,17 +188,14 @@ def _host_reads(trace_path: str) -> None:
     except (evidence.TraceError, OSError):
         return
 
-    def counts(by_name: dict[str, float]) -> str:
-        return ", ".join(f"{c:g} {name}" for name, c in sorted(by_name.items(), key=lambda kv: -kv[1]))
-
     if reads.in_step:
         out.print(f"[dim]Host reads per profiled step, in the training step:[/] {reads.in_step_per_step:g} "
-                  f"({escape(counts(reads.in_step))})  [dim](every row: TensorBoard › Profile › Operators)[/]",
+                  f"({escape(evidence.counts_text(reads.in_step))})  [dim](every row: TensorBoard › Profile › Operators)[/]",
                   soft_wrap=True)
     if reads.in_loading:
         out.print(f"[dim]Inside data loading (the DataLoader's __next__: the data set's own code, not a sync of "
                   f"the training step):[/] {reads.in_loading_per_step:g} per step "
-                  f"({escape(counts(reads.in_loading))})", soft_wrap=True)
+                  f"({escape(evidence.counts_text(reads.in_loading))})", soft_wrap=True)
 
 
 def _memory_kept(trace_path: str) -> None:

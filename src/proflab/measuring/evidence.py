@@ -396,6 +396,11 @@ class HostReads:
         return round(sum(self.in_loading.values()), 2)
 
 
+def counts_text(by_name: dict[str, float]) -> str:
+    """Reads per step by what made them, most first: ``3 tolist(), 2 item()``."""
+    return ", ".join(f"{count:g} {name}" for name, count in sorted(by_name.items(), key=lambda kv: -kv[1]))
+
+
 def host_reads(trace: Trace) -> HostReads:
     """Each time Python waits for a tensor's value, per step, and where (see :func:`host_syncs`)."""
     n = len(trace.steps)
@@ -451,8 +456,7 @@ def host_syncs(trace: Trace) -> Measure:
     for name, count in reads.in_loading.items():
         by_name[name] = by_name.get(name, 0) + count
     per_step = sum(by_name.values())
-    names = ", ".join(f"{count:g} {name}" for name, count in sorted(by_name.items(), key=lambda kv: -kv[1]))
-    summary = f"{per_step:.2g} round trips per step ({names or 'none'})"
+    summary = f"{per_step:.2g} round trips per step ({counts_text(by_name) or 'none'})"
     if reads.in_loading:
         summary += f", {reads.in_loading_per_step:g} of them inside data loading"
     if trace.on_cuda:

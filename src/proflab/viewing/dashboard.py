@@ -117,8 +117,9 @@ class ProfilePlugin(OfflineTab):
     def _overview(self, run: str) -> dict[str, Any]:
         path, loaded = self._loaded(run)
         lab = lab_of(run)
-        return {**overview(loaded.trace(path), reveal=lab is None or earned(lab)), "window": loaded.window,
-                "held": HELD.format(lab=lab.number) if lab is not None and not earned(lab) else None}
+        held = lab is not None and not earned(lab)
+        return {**overview(loaded.trace(path), reveal=not held), "window": loaded.window,
+                "held": HELD.format(lab=lab.number) if held else None}
 
     def _about(self, run: str) -> dict[str, Any]:
         path = self._runs().get(run)
@@ -168,7 +169,7 @@ def overview(trace: evidence.Trace, reveal: bool = True) -> dict[str, Any]:
     findings = [(text.format(share=b.share(part)), cure) for part, (limit, text, cure) in FINDINGS.items()
                 if b.share(part) >= limit]
     if reads.in_step_per_step >= 1:
-        findings.append((READS.format(reads=reads.in_step_per_step, names=_counts(reads.in_step)), READS_TRY))
+        findings.append((READS.format(reads=reads.in_step_per_step, names=evidence.counts_text(reads.in_step)), READS_TRY))
     comm = evidence.allreduce_calls(trace) if b.comm_ms else None
     if comm is not None and b.step_ms and b.comm_ms / b.step_ms >= COMM_SHARE and _syncs_between_micro_batches(trace):
         findings.append((COMM.format(share=b.comm_ms / b.step_ms, calls=comm.summary), COMM_TRY))
@@ -189,10 +190,6 @@ def overview(trace: evidence.Trace, reveal: bool = True) -> dict[str, Any]:
         "loading_reads_per_step": reads.in_loading_per_step, "loading_reads": reads.in_loading,
         "findings": [{"what": what, "try": cure if reveal else None} for what, cure in findings],
     }
-
-
-def _counts(by_name: dict[str, float]) -> str:
-    return ", ".join(f"{count:g} {name}" for name, count in sorted(by_name.items(), key=lambda kv: -kv[1]))
 
 
 def lab_of(run: str):
