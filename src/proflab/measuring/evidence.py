@@ -13,140 +13,14 @@ manifest names the one that proves its fix.
 from __future__ import annotations
 
 import bisect
-import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-DATALOADER_PREFIX = "enumerate(DataLoader)#"
-
-
-class TraceError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class Event:
-    name: str
-    cat: str
-    ts: float
-    dur: float
-    pid: Any
-    tid: Any
-    args: dict[str, Any] | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def end(self) -> float:
-        return self.ts + self.dur
-
-
-@dataclass
-class Trace:
-    path: Path
-    events: list[Event]
-    raw: dict[str, Any] = field(repr=False, default_factory=dict)
-
-    @functools.cached_property
-    def steps(self) -> list[Event]:
-        """The profiled steps on the host; on CUDA the trace also holds each step's range on the device
-        (``gpu_user_annotation``), which is the same step again. (Found once: a trace's events do not change.)"""
-        return sorted((e for e in self.events if e.name.startswith("ProfilerStep#") and not e.cat.startswith("gpu_")),
-                      key=lambda e: e.ts)
-
-    def within_steps(self, predicate: Callable[[Event], bool]) -> list[Event]:
-        """The events ``predicate`` keeps that start inside a profiled step (found by bisection: a trace of
-        thousands of steps is read in one pass)."""
-        steps = self.steps
-        starts = [s.ts for s in steps]
-        found = []
-        for e in self.events:
-            if predicate(e):
-                i = bisect.bisect_right(starts, e.ts) - 1
-                if i >= 0 and e.ts < steps[i].end:  # the steps follow one another: the last to start before it
-                    found.append(e)
-        return found
-
-    @property
-    def on_cuda(self) -> bool:
-        """Whether the trace holds device activity (it was profiled on CUDA)."""
-        return any(e.cat in DEVICE_CATEGORIES for e in self.events)
-
-
-# Trace categories of the work a GPU does: kernels, copies, memsets.
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
-
-
-def _outermost(events: list[Event]) -> list[Event]:
-    """The events not nested inside another of ``events`` on the same thread, in time order."""
-    kept: list[Event] = []
-    outer_end: dict[tuple[str, str], float] = {}
-    for e in sorted(events, key=lambda e: (str(e.pid), str(e.tid), e.ts, -e.dur)):
-        thread = (str(e.pid), str(e.tid))
-        if e.ts < outer_end.get(thread, float("-inf")):
-            continue  # inside one already kept
-        kept.append(e)
-        outer_end[thread] = e.end
-    return kept
-
-
-@dataclass(frozen=True)
-class Measure:
-    """One figure from a trace, with the numbers behind it."""
-
-    value: float
-    unit: str
-    summary: str
-    details: dict[str, float] = field(default_factory=dict)
-
-
-def load(path: str | Path) -> Trace:
-    from .traces import read
-
-    path = Path(path)
-    import zlib
-
-    try:
-        raw = read(path)
-    except (OSError, ValueError, EOFError, zlib.error) as e:  # zlib.error: a .gz cut short
-        raise TraceError(f"cannot read trace {path}: {e}") from None
-    return from_data(path, raw)
-
-
-def from_data(path: str | Path, raw: dict[str, Any]) -> Trace:
-    """A trace from its parsed JSON (read already, for instance to check and prepare it)."""
-    path = Path(path)
-    listed = raw.get("traceEvents", []) if isinstance(raw, dict) else None
-    if not isinstance(listed, list):
-        raise TraceError(f"{path.name} is not a profiler trace: its JSON is not an object with a list of "
-                         "traceEvents")
-    try:
-        events = [
-            Event(e["name"], e.get("cat", ""), float(e["ts"]), float(e.get("dur", 0.0)), e.get("pid"), e.get("tid"),
-                  e.get("args") if e.get("cat") == "cpu_op" else None)
-            for e in listed
-            if isinstance(e, dict) and e.get("ph") == "X" and "name" in e and "ts" in e
-        ]
-    except (TypeError, ValueError) as e:
-        raise TraceError(f"{path.name} has an event the kit cannot read ({e})") from None
-    trace = Trace(path, events, raw)
-    if not trace.steps:
-        raise TraceError(f"{path} has no ProfilerStep# events: was it written with a profiler schedule?")
-    return trace
-
-
-def _union_length(intervals: list[tuple[float, float]]) -> float:
-    """Total time covered by possibly nested or overlapping intervals."""
-    total, cur_start, cur_end = 0.0, None, None
-    for start, end in sorted(intervals):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    if cur_end is not None:
-        total += cur_end - cur_start
-    return total
+from .trace import (DATALOADER_PREFIX, DEVICE_CATEGORIES, Event, Measure, Trace, TraceError,  # noqa: F401
+                    from_data, load)
+from .trace import outermost as _outermost
+from .trace import union_length as _union_length
 
 
 def dataloader_wait(trace: Trace) -> Measure:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from .evidence import Measure, Trace, TraceError
+from .trace import Measure, Trace, TraceError
 
 MB = 2**20
 KEPT_LISTED_MB = 0.001  # an operator keeping less per step (a few bytes of book-keeping) is left out of `kept`
