@@ -446,6 +446,7 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
     result_path = Path(spec["result_path"])
     out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
     child["pause"] = bool(spec["pause_marks"])
+    child["profile_steps"] = int(spec.get("profile_steps") or 0)
     readers = [threading.Thread(target=_read_marks, args=(read_end, marks, child), daemon=True)]
     rank_marks = [Marks() for _ in range(nproc)]  # a torchrun job's: every rank's, each from its FIFO
     ranks_read = [torchrun.reader(path, lambda fd, m=m: _read_marks(fd, m, child))

@@ -4,7 +4,8 @@ time of its processes and threads, read from ``/proc``.
 The runner writes a mark at every step through a pipe (``B`` before the first step, ``W`` after each warm-up
 step, ``S``, a ``T`` after each timed step, ``E``, ``P`` and ``Q`` around each profiled step, ``C`` and ``c``
 around each compilation, ``H`` and the trace's SHA-256). A thread of the checker stamps each as it arrives
-(``_read_marks``); at ``B``, the first ``W``, ``S`` and ``E`` the run waits stopped while its CPU time is read.
+(``_read_marks``); at ``B``, the first ``W``, ``S``, ``E``, the first ``P`` and the last ``Q`` the run waits
+stopped while its CPU time is read.
 ``_from_outside`` then replaces the run's own timings by these stamps, and fails a run whose marks or clock
 disagree with them.
 """
@@ -34,24 +35,28 @@ class Marks:
 
     stamps: list[tuple[str, float]] = field(default_factory=list)
     trace_sha256: str | None = None
-    cpu: dict[str, dict[str, float]] = field(default_factory=dict)  # at "S" and "E": CPU seconds per thread/process
+    # at "S", "E", the first "P" and the last "Q": CPU seconds per thread and process
+    cpu: dict[str, dict[str, float]] = field(default_factory=dict)
     wall: dict[str, float] = field(default_factory=dict)  # the wall clock (time.time) at "B" and "E"
     busy: list[float] = field(default_factory=list)  # at each "C" and "c": CPU seconds the whole run had used
     total: dict[str, float] = field(default_factory=dict)  # at "B", the first "W", "S" and "E": the run's CPU seconds
+    cpu_in_ticks: bool = False  # some thread's time was read in clock ticks (no ``schedstat``), not in ns
 
     def times(self, code: str) -> list[float]:
         return [t for c, t in self.stamps if c == code]
 
 
-PAUSE_MARKS = "BWSE"  # the marks after which the run stops itself until its CPU time is read (first time each)
+# The marks after which the run stops itself until its CPU time is read: the first of each, but the last "Q"
+# (the end of the profiled steps), whose count the checker knows (``child["profile_steps"]``).
+PAUSE_MARKS = "BWSEPQ"
 PAUSE_WAIT_S = 0.5  # how long the checker waits for a run to stop itself at such a mark
 TREE_WAIT_S = 2.0  # how long a mark may wait for the run's process tree to be known
 
 
-def _paused(child: dict, code: str, seen: set[str]) -> int | None:
-    """At a pausing mark (its first time), the run's own process once it has stopped itself (None for
-    another mark, or a process that is not found): read it, then continue it (``_resume``)."""
-    if code not in PAUSE_MARKS or code in seen:
+def _paused(child: dict, code: str, seen: set[str], last_q: bool = False) -> int | None:
+    """At a pausing mark (its first time; for "Q" its last), the run's own process once it has stopped
+    itself (None for another mark, or a process that is not found): read it, then continue it (``_resume``)."""
+    if code not in PAUSE_MARKS or code in seen or (code == "Q" and not last_q):
         return None
     seen.add(code)
     deadline = time.perf_counter() + TREE_WAIT_S
@@ -80,8 +85,8 @@ def _resume(pid: int | None) -> None:
 def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
     """Stamp every mark the runner writes with this process's clock, until the pipe closes.
 
-    At the first step's start and end, and when the timed window opens and
-    closes, the CPU time of every thread and process of the run is read from
+    At the first step's start and end, when the timed window opens and
+    closes, and when the profiled steps begin and end, the CPU time of every thread and process of the run is read from
     /proc, from here, while the run waits stopped (``PAUSE_MARKS``); it is
     continued once read, and the time it waited is left out of the stamps.
     """
@@ -92,7 +97,8 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
             arrived = time.perf_counter()
             now = arrived - held
             code = chunk.decode("latin-1")
-            stopped = _paused(child, code, seen) if child.get("pause") else None
+            last_q = code == "Q" and len(marks.times("Q")) + 1 == child.get("profile_steps", 0)
+            stopped = _paused(child, code, seen, last_q) if child.get("pause") else None
             if code == "H":
                 digest = b""
                 while len(digest) < 64 and (more := pipe.read(64 - len(digest))):
@@ -101,8 +107,8 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
             if code in ("B", "W", "S", "E") and code not in marks.total and "tree" in child:
                 # read at once, from the processes last scanned (a scan of every process takes longer)
                 marks.total[code] = run_cpu_s(child["tree"], child.get("members"))
-            if code in ("S", "E") and "tree" in child:
-                marks.cpu[code] = _cpu_by_task(child["tree"])
+            if (code in ("S", "E") or (code == "P" and "P" not in marks.cpu) or last_q) and "tree" in child:
+                marks.cpu[code] = _cpu_by_task(child["tree"], marks)
             if code in ("C", "c"):
                 marks.busy.append(run_cpu_s(child["tree"]) if "tree" in child else 0.0)
             if code in ("B", "E"):
@@ -249,6 +255,8 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
     r["profiled_steps_s"] = profiled
     r["trace_sha256"] = marks.trace_sha256
     r["wall_window"] = [marks.wall.get("B", 0.0), marks.wall.get("E", 0.0)]
+    r["beside_cpu_s"] = {what: {"busiest": task, "cpu_s": busy, "span_s": span}
+                         for what, (task, busy, span) in _beside(marks, outside).items()}
     if not background_allowed:
         beside = _busy_beside(marks, outside)
         if beside:
@@ -256,16 +264,37 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
             outcome.result = {"kind": "background", "message": f"work went on beside the timed steps: {beside}"}
 
 
+# A thread or process of the run other than the one running the steps may use a tenth of a window's time
+# beside it, and at least this much: read from the scheduler (in ns) a thread that only wakes up now and then
+# uses tens of microseconds; read in clock ticks (where there is no ``schedstat``), any thread may show one.
+BESIDE_FLOOR_S = 0.0005
+BESIDE_FLOOR_TICKS_S = 0.03
+
+
+def _beside(marks: Marks, window_s: float) -> dict[str, tuple[str, float, float]]:
+    """Per span (the timed steps; the profiled steps, whose operators the evidence counts): the busiest thread
+    (other than the one running the steps) or other process of the run, its CPU seconds, the span's length."""
+    spans = [("S", "E", window_s, "timed steps")]
+    if "P" in marks.cpu and "Q" in marks.cpu and marks.times("P") and marks.times("Q"):
+        spans.append(("P", "Q", marks.times("Q")[-1] - marks.times("P")[0], "profiled steps"))
+    found = {}
+    for first, last, span_s, what_steps in spans:
+        before, after = marks.cpu.get(first, {}), marks.cpu.get(last, {})
+        busy = {task: used - before.get(task, 0.0) for task, used in after.items() if task != "main"}
+        top = max(busy, key=busy.get, default="")
+        found[what_steps] = (top, busy.get(top, 0.0), span_s)
+    return found
+
+
 def _busy_beside(marks: Marks, window_s: float) -> str:
-    """A thread (other than the one running the steps) or another process of the run busy during the window."""
-    before, after = marks.cpu.get("S", {}), marks.cpu.get("E", {})
-    allowed = max(0.03, 0.1 * window_s)
-    for task, used in after.items():
-        busy = used - before.get(task, 0.0)
-        if task != "main" and busy > allowed:
+    """Why work went on beside the steps, seen from outside the run: a thread or process busy during the timed
+    window or the profiled steps beyond a tenth of it (and ``BESIDE_FLOOR_S``); or ""."""
+    floor = BESIDE_FLOOR_TICKS_S if marks.cpu_in_ticks else BESIDE_FLOOR_S
+    for what_steps, (task, busy, span_s) in _beside(marks, window_s).items():
+        if busy > max(floor, 0.1 * span_s):
             what = f"process {task.split(':', 1)[1]}" if task.startswith("proc:") else f"a thread ({task})"
-            return (f"{what} used {busy * 1000:.0f} ms of CPU during the {window_s * 1000:.0f} ms of timed "
-                    "steps (seen from outside the run)")
+            return (f"{what} used {busy * 1000:.1f} ms of CPU during the {span_s * 1000:.1f} ms of "
+                    f"{what_steps} (seen from outside the run)")
     return ""
 
 
@@ -332,9 +361,19 @@ def _name(pid: int) -> str:
         return ""
 
 
-def _cpu_by_task(tree: processes.Tree) -> dict[str, float]:
+def _thread_cpu_s(pid: int, tid: str) -> tuple[float | None, bool]:
+    """A thread's CPU seconds, from the scheduler's run time (``schedstat``, in ns, exact while the run waits
+    stopped) where there is one, else from its ``stat`` in clock ticks; and whether it was read in ticks."""
+    try:
+        return int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0]) / 1e9, False
+    except (OSError, ValueError, IndexError):
+        return _cpu_s(f"/proc/{pid}/task/{tid}/stat"), True
+
+
+def _cpu_by_task(tree: processes.Tree, marks: Marks | None = None) -> dict[str, float]:
     """CPU seconds used so far by each thread of the run's process ("main" for the one running the steps)
-    and each other process it started ("proc:PID"), from /proc; empty where there is no /proc."""
+    and each other process it started ("proc:PID"), from /proc; empty where there is no /proc. A reading
+    in clock ticks is noted on ``marks``."""
     pid = _run_process(tree)
     used: dict[str, float] = {}
     try:
@@ -342,12 +381,12 @@ def _cpu_by_task(tree: processes.Tree) -> dict[str, float]:
     except OSError:
         return used
     for tid in tids:
-        cpu = _cpu_s(f"/proc/{pid}/task/{tid}/stat")
+        cpu, in_ticks = _thread_cpu_s(pid, tid)
         if cpu is not None:
             used["main" if int(tid) == pid else f"tid {tid}"] = cpu
+            if in_ticks and marks is not None:
+                marks.cpu_in_ticks = True
     for other in tree.scan():
-        if other != pid:
-            cpu = _cpu_s(f"/proc/{other}/stat")
-            if cpu is not None:
-                used[f"proc:{other}"] = cpu
+        if other != pid and os.path.exists(f"/proc/{other}/stat"):
+            used[f"proc:{other}"] = _precise_cpu_s(other)
     return used

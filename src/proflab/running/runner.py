@@ -60,8 +60,8 @@ def _marker(fd: int | None, pause: str = ""):
     mark is only written to the pipe the checker gave: once that descriptor is
     closed, or holds another file, the marks stop (and the run fails).
 
-    After each mark in ``pause`` (its first time: B, the first W, S and E),
-    the process stops itself (SIGSTOP) until the checker, which reads the
+    After each mark in ``pause`` (its first time: B, the first W, S, E and
+    the first P; and the last Q, the end of the profiled steps), the process stops itself (SIGSTOP) until the checker, which reads the
     run's CPU time from /proc at those marks, has read it and continues it
     (SIGCONT): the figure then holds exactly the work between the marks,
     however late a busy machine lets the checker read. A process that does
@@ -73,14 +73,14 @@ def _marker(fd: int | None, pause: str = ""):
     except OSError:
         given = None
 
-    def mark(code: bytes) -> None:
+    def mark(code: bytes, last: bool = True) -> None:
         if given is None:
             return
         try:
             now = _fstat(fd)
             if (now.st_dev, now.st_ino) == (given.st_dev, given.st_ino):
                 _write(fd, code)
-                if code in pause.encode() and code not in paused:
+                if code in pause.encode() and code not in paused and (code != b"Q" or last):
                     paused.add(code)
                     _kill(_getpid(), signal.SIGSTOP)  # the checker reads this process's CPU, then continues it
         except OSError:
@@ -411,10 +411,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 **_all_threads(spec.get("all_threads", False)),
             )
             prof.start()
-            for _ in range(profiled):
+            for i in range(profiled):
                 mark(b"P")
                 advance()  # the step alone: prof.step() may write the trace, which is not the step's work
-                mark(b"Q")
+                mark(b"Q", last=i == profiled - 1)
                 prof.step()
             prof.stop()
             sync()
