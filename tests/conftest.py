@@ -24,6 +24,28 @@ LEARNER_FILES = Path(__file__).resolve().parent / "learner_files"
 CHECK_NAMES = ["runs", "same_results", "evidence", "faster"]
 
 
+def kit_labs():
+    """The kit's labs, as ``proflab list`` finds them in ``labs/``: tests take them from there, never
+    from a list of their own, so that a new lab is tested by every test that applies to it."""
+    from proflab import labs
+
+    return labs.discover(REPO / "labs")
+
+
+def pipeline_labs() -> list[str]:
+    """The labs graded by the four plain checks (``CHECK_NAMES``): one process runs a pipeline whose
+    fix is faster. Not a lab whose learner profiles (lab 0), is graded on memory or overhead, runs as a
+    torchrun job or gates another lab's fix: the generic attempts at gaming the checker apply to these."""
+    return [str(lab.number) for lab in kit_labs()
+            if lab.evidence is not None and lab.profiling is None and not lab.leaner and not lab.overhead
+            and lab.distributed is None and lab.gating is None]
+
+
+def spare_number() -> int:
+    """A lab number no lab of the kit uses: for a test that adds a lab."""
+    return max(lab.number for lab in kit_labs()) + 1
+
+
 def statuses(report: dict) -> dict[str, str]:
     """Each check's status in a ``--json`` report."""
     return {c["name"]: c["status"] for c in report["checks"]}
@@ -238,28 +260,42 @@ def _reference_check(kit: Kit, tmp_path_factory, number: int, folder: str) -> tu
 
 
 @pytest.fixture(scope="session")
-def lab2_solution(kit, tmp_path_factory) -> tuple[int, dict]:
-    return _reference_check(kit, tmp_path_factory, 2, "02_embeddings")
+def reference_check(kit, tmp_path_factory) -> Callable[[int], tuple[int, dict]]:
+    """Any lab's reference fix, graded once in the session the first time a test asks for it, by number:
+    a test that applies to every lab needs no fixture per lab."""
+    done: dict[int, tuple[int, dict]] = {}
+
+    def graded(number: int) -> tuple[int, dict]:
+        if number not in done:
+            lab = next(lab for lab in kit_labs() if lab.number == number)
+            done[number] = _reference_check(kit, tmp_path_factory, number, lab.folder.name)
+        return done[number]
+    return graded
 
 
 @pytest.fixture(scope="session")
-def lab3_solution(kit, tmp_path_factory) -> tuple[int, dict]:
-    return _reference_check(kit, tmp_path_factory, 3, "03_fusion")
+def lab2_solution(reference_check) -> tuple[int, dict]:
+    return reference_check(2)
 
 
 @pytest.fixture(scope="session")
-def lab4_solution(kit, tmp_path_factory) -> tuple[int, dict]:
-    return _reference_check(kit, tmp_path_factory, 4, "04_syncs")
+def lab3_solution(reference_check) -> tuple[int, dict]:
+    return reference_check(3)
 
 
 @pytest.fixture(scope="session")
-def lab5_solution(kit, tmp_path_factory) -> tuple[int, dict]:
-    return _reference_check(kit, tmp_path_factory, 5, "05_memory")
+def lab4_solution(reference_check) -> tuple[int, dict]:
+    return reference_check(4)
 
 
 @pytest.fixture(scope="session")
-def lab6_solution(kit, tmp_path_factory) -> tuple[int, dict]:
-    return _reference_check(kit, tmp_path_factory, 6, "06_distributed")
+def lab5_solution(reference_check) -> tuple[int, dict]:
+    return reference_check(5)
+
+
+@pytest.fixture(scope="session")
+def lab6_solution(reference_check) -> tuple[int, dict]:
+    return reference_check(6)
 
 
 @pytest.fixture(scope="session")

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHECK_NAMES, REPO, Batch, sharing_data, statuses, explain
+from conftest import CHECK_NAMES, REPO, Batch, kit_labs, pipeline_labs, sharing_data, statuses, explain
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
-ALL_LABS = ["1", "2", "3", "4"]
+ALL_LABS = pipeline_labs()  # every lab the generic tricks apply to, found in labs/
 
 # The tricks tried on every lab, and those tried on some.
 TRICKS = ["cached_at_import.py", "cached_in_warmup.py", "work_only_when_profiled.py", "background_thread.py",
@@ -156,7 +156,7 @@ def test_another_seed_fails_on_results(batch):
     assert check["name"] == "same_results"
 
 
-@pytest.mark.parametrize("folder", ["01_dataloader", "02_embeddings", "03_fusion", "04_syncs"])
+@pytest.mark.parametrize("folder", [lab.folder.name for lab in kit_labs() if str(lab.number) in ALL_LABS])
 def test_an_edited_original_cannot_be_graded_against(fresh_kit, folder):
     original = fresh_kit.root / "labs" / folder / "original.py"
     original.write_text(original.read_text() + "\n# made easier\n")

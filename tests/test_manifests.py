@@ -16,10 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Kit, make_kit
+from conftest import REPO, Kit, kit_labs, make_kit, spare_number
 from proflab import labs
 
 LAB1 = "labs/01_dataloader/lab.toml"
+# What is left when lab 1 breaks: every other lab of the kit, whichever they are.
+OTHERS = [lab.number for lab in kit_labs() if lab.number != 1]
+SPARE = spare_number()  # a number for a copy of lab 1 that no lab of the kit has
+SPARE_FOLDER = f"{SPARE:02d}_dataloader2"
 HINTS = re.compile(r"^hints = \[.*?^\]", re.S | re.M)
 
 
@@ -45,8 +49,8 @@ def hints_as_a_string(kit: Kit) -> None:
 
 def a_second_lab_1(kit: Kit) -> None:
     """A copy of lab 1 under another folder and name, with the same number."""
-    shutil.copytree(kit.lab1, kit.root / "labs" / "09_dataloader2")
-    edit(kit, 'name = "dataloader"', 'name = "dataloader2"', folder="09_dataloader2")
+    shutil.copytree(kit.lab1, kit.root / "labs" / SPARE_FOLDER)
+    edit(kit, 'name = "dataloader"', 'name = "dataloader2"', folder=SPARE_FOLDER)
 
 
 def a_syntax_error(kit: Kit) -> None:
@@ -73,7 +77,7 @@ BROKEN = [
      ["[workload] timed_steps must be an integer, 1 or more (got 0)"]),
     ("unknown-metric", lambda k: edit(k, 'metric = "dataloader_wait"', 'metric = "data_wait"'),
      ["[evidence] metric must be one of the checker's evidence metrics", "dataloader_wait", "'data_wait'"]),
-    ("duplicate-number", a_second_lab_1, ["number 1 is also the number of labs/09_dataloader2/lab.toml"]),
+    ("duplicate-number", a_second_lab_1, [f"number 1 is also the number of labs/{SPARE_FOLDER}/lab.toml"]),
     ("toml-syntax", a_syntax_error, ["not valid TOML", "line {line}"]),
 ]
 
@@ -95,7 +99,7 @@ def test_a_broken_manifest_is_named_and_blocks_no_other_lab(tmp_path, root_is, b
     root_is(kit)
 
     good, broken = labs.discover_all()
-    assert [lab.number for lab in good] == [0, 2, 3, 4, 5, 6, 7]
+    assert [lab.number for lab in good] == OTHERS
     message = {b.folder: b.message for b in broken}[kit.lab1]
     assert message.startswith(f"{LAB1}: "), message
     for part in said:
@@ -105,7 +109,7 @@ def test_a_broken_manifest_is_named_and_blocks_no_other_lab(tmp_path, root_is, b
             labs.load(kit.lab1)
         assert str(e.value) == message
     assert [b.folder for b in labs.broken()] == [b.folder for b in broken]
-    assert [lab.number for lab in labs.discover()] == [0, 2, 3, 4, 5, 6, 7]
+    assert [lab.number for lab in labs.discover()] == OTHERS
 
     listed = kit.run("list")
     shown = one_line(listed.stdout)
@@ -134,28 +138,29 @@ def test_two_labs_with_one_number_are_both_broken_each_naming_the_other(tmp_path
     a_second_lab_1(kit)
     root_is(kit)
     broken = {b.folder.name: b for b in labs.broken()}
-    assert set(broken) == {"01_dataloader", "09_dataloader2"}
-    assert "is also the number of labs/09_dataloader2/lab.toml" in broken["01_dataloader"].message
-    assert "is also the number of labs/01_dataloader/lab.toml" in broken["09_dataloader2"].message
-    with pytest.raises(labs.ManifestError, match="09_dataloader2"):
+    assert set(broken) == {"01_dataloader", SPARE_FOLDER}
+    assert f"is also the number of labs/{SPARE_FOLDER}/lab.toml" in broken["01_dataloader"].message
+    assert "is also the number of labs/01_dataloader/lab.toml" in broken[SPARE_FOLDER].message
+    with pytest.raises(labs.ManifestError, match=SPARE_FOLDER):
         labs.resolve("1")
-    with pytest.raises(labs.ManifestError, match="labs/09_dataloader2/lab.toml: number 1"):
-        labs.resolve("9")  # the number its folder starts with
-    with pytest.raises(labs.ManifestError, match="labs/09_dataloader2/lab.toml: number 1"):
+    with pytest.raises(labs.ManifestError, match=f"labs/{SPARE_FOLDER}/lab.toml: number 1"):
+        labs.resolve(str(SPARE))  # the number its folder starts with
+    with pytest.raises(labs.ManifestError, match=f"labs/{SPARE_FOLDER}/lab.toml: number 1"):
         labs.resolve("dataloader2")
-    proc = kit.run("hint", "09_dataloader2")
+    proc = kit.run("hint", SPARE_FOLDER)
     assert proc.returncode == 3 and "is also the number of labs/01_dataloader/lab.toml" in one_line(proc.stderr)
 
 
 def test_two_labs_with_one_name_are_both_broken(tmp_path, root_is):
     kit = make_kit(tmp_path)
-    shutil.copytree(kit.lab1, kit.root / "labs" / "09_again")
-    edit(kit, "number = 1\n", "number = 9\n", folder="09_again")
+    again = f"{SPARE:02d}_again"
+    shutil.copytree(kit.lab1, kit.root / "labs" / again)
+    edit(kit, "number = 1\n", f"number = {SPARE}\n", folder=again)
     root_is(kit)
     broken = {b.folder.name: b.message for b in labs.broken()}
-    assert "name 'dataloader' is also the name of labs/09_again/lab.toml" in broken["01_dataloader"]
-    assert "name 'dataloader' is also the name of labs/01_dataloader/lab.toml" in broken["09_again"]
-    assert [lab.number for lab in labs.discover()] == [0, 2, 3, 4, 5, 6, 7]
+    assert f"name 'dataloader' is also the name of labs/{again}/lab.toml" in broken["01_dataloader"]
+    assert "name 'dataloader' is also the name of labs/01_dataloader/lab.toml" in broken[again]
+    assert [lab.number for lab in labs.discover()] == OTHERS
 
 
 def test_every_problem_of_a_manifest_is_reported_at_once(tmp_path, root_is):
@@ -282,19 +287,22 @@ def test_the_grading_table_is_checked_with_the_rest(tmp_path, root_is):
 
 def test_when_no_lab_loads_list_shows_why_and_exits_3(tmp_path, root_is):
     kit = make_kit(tmp_path)
-    for folder in ("00_profiler", "01_dataloader", "02_embeddings", "03_fusion", "04_syncs", "05_memory", "06_distributed"):
+    every = kit_labs()
+    pipelines = [lab.folder.name for lab in every if lab.gating is None]
+    gates = [lab.folder.name for lab in every if lab.gating is not None]
+    for folder in pipelines:
         edit(kit, "timeout_s = ", "timeout_s = -", folder=folder)
-    edit(kit, 'cause = "DataLoader"', 'cause = ""', folder="07_gate")  # a gate lab has no workload of its own
+    for folder in gates:  # a gate lab has no workload of its own
+        edit(kit, f'cause = "{labs.load(REPO / "labs" / folder).gating.cause}"', 'cause = ""', folder=folder)
     root_is(kit)
-    with pytest.raises(labs.ManifestError, match="04_syncs"):
+    with pytest.raises(labs.ManifestError, match=pipelines[-1]):
         labs.discover()
     proc = kit.run("list")
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     shown = one_line(proc.stdout)
-    assert all(f"labs/{f}/lab.toml: [workload] timeout_s must be a number above 0" in shown
-               for f in ("00_profiler", "01_dataloader", "02_embeddings", "03_fusion", "04_syncs", "05_memory", "06_distributed")), shown
-    assert "labs/07_gate/lab.toml: [gate] cause must be a non-empty string" in shown, shown
+    assert all(f"labs/{f}/lab.toml: [workload] timeout_s must be a number above 0" in shown for f in pipelines), shown
+    assert all(f"labs/{f}/lab.toml: [gate] cause must be a non-empty string" in shown for f in gates), shown
 
 
 def test_an_unknown_name_is_still_a_usage_error(tmp_path):

@@ -1,7 +1,7 @@
 """How long the Trace timeline tab takes to draw each lab's trace, in a real headless Chromium.
 
 A learner opens TensorBoard's "Trace timeline" tab after a run or a check and waits for the timeline.
-For each lab (0 to 7) this opens one trace of that lab in the tab, as a learner would meet it for the
+For each lab in labs/ this opens one trace of that lab in the tab, as a learner would meet it for the
 first time (the server has not read it yet, the viewer page is loaded afresh), and times it from the
 moment the tab's page starts loading to the moment its timeline is drawn: the trace read and sent by
 the server, the trace viewer loaded, the trace imported, and the tracks painted on their canvas.
@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 import browser
-from conftest import Kit, explain, sharing_data
+from conftest import Kit, explain, kit_labs, sharing_data
 from proflab.viewing import tensorboard
 from test_tensorboard import free_port
 
@@ -45,8 +45,7 @@ BUDGET_S = 3.0
 TRIES = 3  # the median of three is held to the budget
 GIVE_UP_S = 90.0  # one try that never draws
 
-SLUGS = {0: "00-profiler", 1: "01-dataloader", 2: "02-embeddings", 3: "03-fusion", 4: "04-syncs",
-         5: "05-memory", 6: "06-distributed", 7: "07-gate"}
+SLUGS = {lab.number: lab.slug for lab in kit_labs()}  # every lab in labs/
 
 # In the tab's frame: the time since its page started loading (performance.now()) once the trace of
 # `run` is loaded and its tracks are painted (a canvas with enough coloured pixels), else null; or the
@@ -117,12 +116,14 @@ def _original_trace(number: int, outcome: tuple[int, dict]) -> Path:
 def lab_trace(number: int, request, kit: Kit, tmp_path_factory) -> Path:
     """Lab ``number``'s trace, from the session's fixtures or another test's kit (made here if none)."""
     base = Path(tmp_path_factory.getbasetemp())
-    if number == 0:
+    lab = next(lab for lab in kit_labs() if lab.number == number)
+    if lab.profiling is not None:  # the learner's own profile: lab 0's
         return _lab0_trace(kit, base, tmp_path_factory)
-    if number == 7:
+    if lab.gating is not None:  # a gate's runs: lab 7's
         return _lab7_trace(kit, base, tmp_path_factory)
-    return _original_trace(number, request.getfixturevalue("solution_check" if number == 1 else
-                                                           f"lab{number}_solution"))
+    if number == 1:
+        return _original_trace(number, request.getfixturevalue("solution_check"))
+    return _original_trace(number, request.getfixturevalue("reference_check")(number))
 
 
 # What the tab shows before the first lab's trace is in: a step of a trace, so that TensorBoard lists the tab.

@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 0, a profile nobody recorded, written from what the docs and a neighbour's screen say (an
 attacker's file).
 

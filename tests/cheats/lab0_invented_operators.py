@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 0, a profile nobody recorded (an attacker's file).
 
 The model trains as in the original, with no profiler at all. Each step is timed with the wall clock, and

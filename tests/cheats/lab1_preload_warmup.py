@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 1 gaming attempt: load every batch it will need in the first (untimed) step.
 
 The trick: num_workers=0 as in the original, but the first step pulls every

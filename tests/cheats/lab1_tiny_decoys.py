@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 1 gaming attempt: train every step up front, then run three tiny convolutions per step.
 
 The trick: the first step runs the original training for all the steps the

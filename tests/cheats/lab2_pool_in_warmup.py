@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 2 gaming attempt: pool every request of every batch in the first step, then only run the MLP.
 
 The trick: the original's lookups, Python loop and all, but run for every

@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 2 attempt: the original's row-by-row pooling, each row taken with Tensor.narrow.
 
 The trick: `items.narrow(0, i, 1)`: the same row, as a view one row long.

@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 2 attempt: the original's row-by-row pooling, each row taken as a one-row slice.
 
 The trick: `items[i:i + 1]` instead of `items[i]`. The same rows, one call per

@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 2 gaming attempt: score every batch up front, then run three tiny addmm per step.
 
 The trick: the first step scores every batch the checker will ask for (22,

@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 3 gaming attempt: train every step up front, then run twelve 2x2 matrix products per step.
 
 The trick: the first step trains the original hand-written block for every

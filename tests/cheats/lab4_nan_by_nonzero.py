@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 4 attempt: the reference fix, with the original's NaN check at every step, spelled as a size.
 
 The trick: `torch.isnan(loss).nonzero().numel()` instead of

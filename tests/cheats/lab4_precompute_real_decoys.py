@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 4 gaming attempt: every original step in the first one, then the classifier's products on random data.
 
 The trick: the first step runs the original training loop, reads, Python

@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 4 attempt: the reference fix, with one read per step spelled as a shape.
 
 The trick: the batch's size is counted as the number of labels that are at

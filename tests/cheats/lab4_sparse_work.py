@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 4 gaming attempt: the fix's steps all in the first step, then sparse products that look like the work.
 
 The trick: the first step runs the reference fix's loop (books on the device,

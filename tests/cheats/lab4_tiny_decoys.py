@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 4 gaming attempt: train every step up front with the original loop, then run five tiny products.
 
 The trick: the first step runs the original training loop, reads, Python

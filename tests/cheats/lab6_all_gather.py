@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 6 attempt: the original's traffic, sent by another collective.
 
 The trick: no DDP and no all-reduce. After every micro-batch, each rank

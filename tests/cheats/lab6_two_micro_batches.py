@@ -1,3 +1,4 @@
+# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 6 attempt: the reference fix with two micro-batches of 32 samples instead of 8 of 8.
 
 The trick: fewer micro-batches means fewer backward passes to accumulate,
