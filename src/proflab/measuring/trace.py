@@ -167,8 +167,3 @@ def numel(dims: Any) -> float:
         out *= d
     return out
 
-
-def per_step(trace: Trace, counts: dict[str, float]) -> dict[str, float]:
-    """Counts over the whole trace, as averages per profiled step."""
-    n = len(trace.steps)
-    return {name: count / n for name, count in counts.items()}
