@@ -502,7 +502,7 @@ _DISTRIBUTED: Spec = {"nproc": (_integer(2), True), "same_on_every_rank": (_TEXT
 
 
 def _evidence_spec() -> Spec:
-    from .measuring.evidence import METRICS  # the checker's registry; evidence imports no torch
+    from .measuring.metrics import METRICS  # the checker's registry: its metrics import no torch
 
     metric = _Kind(f"one of the checker's evidence metrics ({', '.join(sorted(METRICS))})",
                    lambda v: isinstance(v, str) and v in METRICS)

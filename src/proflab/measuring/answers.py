@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .evidence import Event, Trace
+from .trace import Event, Trace
 
 # The learner's steps in the trace may differ from the same steps stamped by the checker by the profiler's
 # own cost (a profiled step is slower), and by where in the loop prof.step() is called; more than this

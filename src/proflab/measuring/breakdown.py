@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .evidence import DATALOADER_PREFIX, DEVICE_CATEGORIES, Event, Trace
+from .trace import DATALOADER_PREFIX, DEVICE_CATEGORIES, Event, Trace
 
 HOST_PARTS = ("DataLoader wait", "syncs", "CPU ops", "other")
 # What each part is called where a learner reads it (the report, its charts, the Profile tab).

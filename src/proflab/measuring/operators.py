@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from .evidence import DEVICE_CATEGORIES, Trace
+from .trace import DEVICE_CATEGORIES, Trace
 
 HOST_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
 STEP = "ProfilerStep*"
