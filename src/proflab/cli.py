@@ -1,4 +1,5 @@
-"""The ``proflab`` command: list, run, check, hint, reset, tensorboard, data, grade, gate, quickstart.
+"""The ``proflab`` command: list, run, check, hint, reset, tensorboard, data, grade, gate, quickstart;
+for authors of labs, new-lab and validate-lab.
 
 Exit codes: 0 success (a check passed), 1 a check failed or a run broke,
 2 a usage error, 3 the kit could not do its work (an edited original, a
@@ -39,6 +40,7 @@ from .commands.common import (KIT_ERROR, USAGE_ERROR, UsageError, _audited, _lab
                               _say_unsandboxed, _status, _summaries, err, out)
 from .commands.grading import _param, cmd_gate, cmd_grade
 from .commands.running import cmd_run
+from .commands.authoring import cmd_new_lab, cmd_validate_lab
 
 
 # --- helpers -----------------------------------------------------------------
@@ -512,6 +514,23 @@ def build_parser() -> argparse.ArgumentParser:
                         "not), torch, the device")
     sp.add_argument("--json", action="store_true", help="print it as JSON")
     sp.set_defaults(func=cmd_doctor)
+
+    sp = sub.add_parser("new-lab", help="write a new lab's skeleton (in a checkout of the kit): it runs and passes "
+                        "as it is; or an evidence metric's (--metric)")
+    sp.add_argument("name", nargs="?", help="the lab's short name, lower case (serving): its folder labs/NN_name")
+    sp.add_argument("--title", help="its title, for proflab list and its page")
+    sp.add_argument("--number", type=int, help="its number (default: the next free one)")
+    sp.add_argument("--metric", metavar="NAME", help="also write an evidence metric's module and its unit test")
+    sp.add_argument("--unit", default="calls", help="with --metric: the unit of its figure (default: calls)")
+    sp.set_defaults(func=cmd_new_lab)
+
+    sp = sub.add_parser("validate-lab", help="is a lab ready? its manifest, reference, exercise, learner files, "
+                        "the generic cheats and its page, each checked and explained")
+    sp.add_argument("lab", help="lab number or name")
+    sp.add_argument("--times", type=_rounds, default=2, help="checks of the reference and of the exercise (default: 2)")
+    sp.add_argument("--quick", action="store_true", help="the reference and the exercise once each; no learner "
+                    "files, cheats or site build")
+    sp.set_defaults(func=cmd_validate_lab)
 
     sp = sub.add_parser("quickstart", help="prepare data, then profile and grade lab 1's reference fix")
     device(sp)
