@@ -59,6 +59,7 @@ from typing import Callable
 from ..trace import Measure, Trace, load
 from . import (
     allreduce_traffic,
+    batchnorm_calls,
     dataloader_wait,
     elementwise_traffic,
     host_syncs,
@@ -75,6 +76,7 @@ MODULES = (
     host_syncs,
     memory_growth,
     allreduce_traffic,
+    batchnorm_calls,
 )
 
 METRICS: dict[str, Callable[[Trace], Measure]] = {m.NAME: m.measure for m in MODULES}
