@@ -8,8 +8,8 @@ them (``kept:<operator>``). Blocks allocated before profiling began count
 neither way (the profiler does not see their frees), so the window should end
 with the lab's periodic work (lab 5's last profiled step is an evaluation). A
 trace with no memory events is refused (``TraceError``), never read as zero.
-The reading itself is ``measuring.memory.growth``, which the Profile tab's
-Memory view shares.
+The reading itself is ``measuring.memory.growth``, which Profile › Memory
+shares.
 
 Seen in TensorBoard: Profile › Memory, what each step leaves allocated, the
 curve, and the operators whose allocations are never freed (Kept); Trace
