@@ -48,7 +48,8 @@ and ``DEVICE_CATEGORIES`` (the names of DataLoader ranges, the categories of
 device work).
 
 Adding a metric: one new module here, and its name in the import and in
-``MODULES`` below; then its test file.
+``MODULES`` below; then its test file. ``proflab new-lab --metric NAME --unit
+UNIT`` writes all three, to be filled in.
 """
 
 from __future__ import annotations
