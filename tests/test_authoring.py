@@ -1,0 +1,136 @@
+"""``proflab new-lab`` and ``proflab validate-lab``, for real, in a scratch checkout of the kit.
+
+The skeleton new-lab writes is a working lab: validate-lab --quick grades its reference (it passes) and its
+untouched exercise (it fails on its evidence) with the real checker, in the real sandbox. A metric's
+skeleton registers itself and its own unit test passes. What is refused is refused before anything is
+written, with a line that says what to change.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, kit_labs
+
+PARTS = ["labs", "docs", "mkdocs.yml", "src", "tests/learner_files", "tests/cheats", "tests/metrics",
+         "tests/conftest.py"]
+
+
+def checkout(tmp_path: Path) -> Path:
+    """The parts of the kit a lab author edits, copied; its own ``src`` imported first, so that a labkit
+    module new-lab writes there is the one the lab imports."""
+    root = tmp_path / "kit"
+    for part in PARTS:
+        source, target = REPO / part, root / part
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "site"))
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    (root / "data").mkdir()
+    root.chmod(0o755)  # the sandbox runs as nobody when the tests run as root
+    return root
+
+
+def proflab(root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PROFLAB_ROOT": str(root), "PYTHONPATH": str(root / "src"), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "proflab", *args], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def new_lab(tmp_path_factory) -> tuple[Path, int, subprocess.CompletedProcess]:
+    root = checkout(tmp_path_factory.mktemp("authoring"))
+    number = max(lab.number for lab in kit_labs()) + 1
+    return root, number, proflab(root, "new-lab", "demo", "--title", "A demo lab")
+
+
+def test_new_lab_writes_a_skeleton_and_says_what_next(new_lab):
+    root, number, proc = new_lab
+    assert proc.returncode == 0, proc.stderr
+    folder = root / "labs" / f"{number:02d}_demo"
+    for rel in ("lab.toml", "original.py", "exercise.py", "solution.py"):
+        assert (folder / rel).is_file(), rel
+    assert (folder / "exercise.py").read_bytes() == (folder / "original.py").read_bytes()
+    for rel in ("src/proflab/labkit/demo.py", f"docs/labs/{number:02d}-demo.md", f"tests/test_lab{number}_check.py",
+                f"tests/learner_files/lab{number}_batched_halves.py"):
+        assert (root / rel).is_file(), rel
+    assert f"labs/{number:02d}-demo.md" in (root / "mkdocs.yml").read_text()
+    assert f"labs/{number:02d}-demo.md" in (root / "docs" / "index.md").read_text()
+    assert f"`lab{number}_batched_halves.py`" in (root / "tests" / "learner_files" / "README.md").read_text()
+    said = one_line(proc.stdout)
+    assert f"proflab validate-lab {number} --quick" in said and "Next" in said
+    compile((root / f"tests/test_lab{number}_check.py").read_text(), "test", "exec")
+
+
+def test_the_skeleton_passes_validate_lab_quick(new_lab):
+    root, number, _ = new_lab
+    proc = proflab(root, "validate-lab", str(number), "--quick")
+    said = one_line(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for line in ("✓ manifest", "✓ original", "✓ data", "✓ reference 1 of 1 passed", "✓ exercise 1 of 1 failed, on evidence",
+                 "✓ tests"):
+        assert line in said, said
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_an_edited_original_is_named_with_the_hash_to_set(new_lab, tmp_path):
+    root, number, _ = new_lab
+    original = root / "labs" / f"{number:02d}_demo" / "original.py"
+    before = original.read_text()
+    try:
+        original.write_text(before + "\n# slower still\n")
+        proc = proflab(root, "validate-lab", str(number), "--quick")
+    finally:
+        original.write_text(before)
+    said = one_line(proc.stdout)
+    assert proc.returncode == 1, said
+    assert "✗ original original.py is not the file lab.toml names" in said
+    assert "set original_sha256 = " in said and "reference not run: fix the checks above first" in said
+
+
+@pytest.mark.parametrize("args, said", [
+    (["new-lab", "Demo!"], "'Demo!' is not a lab name"),
+    (["new-lab", "dataloader"], "a lab named 'dataloader' exists already"),
+    (["new-lab", "other", "--number", "1"], "lab number 1 is taken by labs/01_dataloader"),
+    (["new-lab"], "name the lab"),
+    (["new-lab", "--metric", "host_syncs"], "a metric named 'host_syncs' exists already"),
+])
+def test_what_new_lab_refuses_it_refuses_before_writing(tmp_path, args, said):
+    root = checkout(tmp_path)
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    proc = proflab(root, *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert said in one_line(proc.stderr) and "Traceback" not in proc.stderr
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
+
+
+def test_outside_a_checkout_new_lab_says_where_it_works(tmp_path):
+    (tmp_path / "labs").mkdir()
+    proc = proflab(tmp_path, "new-lab", "demo")
+    assert proc.returncode == 2
+    assert "is not a checkout of the kit" in one_line(proc.stderr)
+
+
+def test_a_new_metric_registers_itself_and_its_test_passes(tmp_path):
+    root = checkout(tmp_path)
+    proc = proflab(root, "new-lab", "--metric", "demo_calls", "--unit", "calls")
+    assert proc.returncode == 0, proc.stderr
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    listed = subprocess.run([sys.executable, "-c", "from proflab.measuring.metrics import METRICS; "
+                             "print(sorted(METRICS))"], env=env, capture_output=True, text=True, cwd=root)
+    assert "'demo_calls'" in listed.stdout, listed.stderr
+    tested = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             "tests/metrics/test_demo_calls.py", "tests/metrics/test_registry.py"],
+                            env=env, capture_output=True, text=True, cwd=root, timeout=300)
+    assert tested.returncode == 0, tested.stdout[-3000:]
