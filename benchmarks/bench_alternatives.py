@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -38,19 +37,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LEARNER_FILES = REPO / "tests" / "learner_files"
-RESOLUTION = 1.30  # results/2026-11-30-cpu-2core-resolution.md
+from proflab.authoring.validate import RESOLUTION  # noqa: E402 - results/2026-11-30-cpu-2core-resolution.md
 
 
 def sound_files(number: int) -> list[Path]:
     """The learner files of lab ``number`` the tests expect to pass, from the files' README table."""
-    rows = (LEARNER_FILES / "README.md").read_text().splitlines()
-    found = []
-    for row in rows:
-        cells = [c.strip() for c in row.strip().strip("|").split("|")]
-        match = re.fullmatch(rf"`(lab{number}_\w+\.py)`", cells[0]) if len(cells) >= 3 else None
-        if match and cells[2].startswith("**passes**"):
-            found.append(LEARNER_FILES / match.group(1))
-    return found
+    from proflab.authoring import expectations
+
+    return expectations.sound(number)
 
 
 def check(root: Path, lab: str, file: Path) -> tuple[float, dict | None]:

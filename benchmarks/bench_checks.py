@@ -72,6 +72,14 @@ def figures_device(report: dict | None) -> str:
     return (report or {}).get("device", "cpu")
 
 
+def verdict(report: dict | None, code: int) -> str:
+    """A check's verdict, and for a failed one the check that failed it: "failed (evidence)"."""
+    if not report:
+        return f"exit {code}"
+    failed = [c["name"] for c in report.get("checks", []) if c.get("status") == "failed"]
+    return report["verdict"] + (f" ({failed[0]})" if report["verdict"] == "failed" and failed else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--labs", nargs="+", default=["1"])
@@ -114,13 +122,13 @@ def main() -> None:
         for i in range(0 if args.overhead_only else args.repeats):
             wall, code, report = proflab(root, "check", name, "--json", "--device", args.device)
             ex_walls.append(wall)
-            verdicts.append(("exercise", report["verdict"] if report else f"exit {code}"))
+            verdicts.append(("exercise", verdict(report, code)))
             line = [f"exercise {verdicts[-1][1]}"]
             for version, file in passing.items():
                 wall, code, report = proflab(root, "check", name, "--file", str(file), "--json",
                                              "--device", args.device)
                 walls[version].append(wall)
-                verdicts.append((version, report["verdict"] if report else f"exit {code}"))
+                verdicts.append((version, verdict(report, code)))
                 if report and report.get("comparison"):
                     speedups[version].append(report["comparison"]["speedup"])
                     rounds[version].append(report["comparison"]["rounds"])
@@ -140,7 +148,7 @@ def main() -> None:
         figures[lab.name] = {"exercise_check_s": ex_walls, "check_s": walls, "speedup": speedups, "rounds": rounds,
                              "noise": noises, "verdicts": verdicts, "overhead": over,
                              "device": over["original"]["device"]}
-        wrong = sum(1 for who, v in verdicts if (who == "exercise") == (v == "passed") or v not in ("passed", "failed"))
+        wrong = sum(1 for who, v in verdicts if (who == "exercise") == (v == "passed") or v.split()[0] not in ("passed", "failed"))
         print(f"\n## Lab {lab.number} · {lab.title} ({figures[lab.name]['device']}, {args.repeats} repeats)\n")
         print("| figure | value |\n|---|---|")
         if ex_walls:
