@@ -54,6 +54,9 @@ CONVOLUTIONS = frozenset({
 NOT_ARITHMETIC = frozenset({
     "aten::copy_", "aten::clone", "aten::contiguous", "aten::to", "aten::_to_copy", "aten::empty_like",
     "aten::zeros_like", "aten::ones_like", "aten::cat", "aten::stack", "aten::detach",
+    # views: a per-channel tensor expanded to an activation's shape is read by the operator that uses it
+    "aten::expand", "aten::expand_as", "aten::broadcast_to", "aten::view", "aten::view_as", "aten::reshape",
+    "aten::reshape_as", "aten::as_strided", "aten::_reshape_alias", "aten::_unsafe_view", "aten::alias",
 })
 
 
@@ -131,14 +134,15 @@ def measure(trace: Trace) -> Measure:
         counts[e.name] = counts.get(e.name, 0) + 1
     spelled: dict[str, int] = {}
     for e in by_hand:
-        spelled[e.name] = spelled.get(e.name, 0) + 1
+        what = f"{e.name} as a 1x1 depthwise convolution" if _depthwise_1x1(e) else \
+            f"{e.name} applying a per-channel tensor to an activation"
+        spelled[what] = spelled.get(what, 0) + 1
     per_step = (len(norms) + len(by_hand)) / n if n else 0.0
     parts = [f"{c / n:.3g} {name}" for name, c in sorted(counts.items(), key=lambda kv: -kv[1])]
-    parts += [f"{c / n:.3g} {name} applying a per-channel tensor to an activation"
-              for name, c in sorted(spelled.items(), key=lambda kv: -kv[1])]
+    parts += [f"{c / n:.3g} {what}" for what, c in sorted(spelled.items(), key=lambda kv: -kv[1])]
     summary = f"{per_step:.3g} batch-norm calls per step" + (f" ({', '.join(parts)})" if parts else "")
     details: dict[str, Any] = {"calls_per_step": per_step, "operators_per_step": len(norms) / n if n else 0.0,
                                "by_hand_per_step": len(by_hand) / n if n else 0.0, "steps": float(n)}
     details.update({name: c / n for name, c in counts.items()})
-    details.update({f"{name} (per channel)": c / n for name, c in spelled.items()})
+    details.update({what: c / n for what, c in spelled.items()})
     return Measure(value=round(per_step, 2), unit=UNIT, summary=summary, details=details)
