@@ -18,94 +18,31 @@ failing check stops the chain: later checks are reported as skipped.
 
 This module runs the rounds and decides the first two checks; ``bottleneck``
 decides the third from the traces, ``margin`` the fourth from the rounds'
-figures, and ``verdicts`` holds what every check and report says.
+figures, and ``verdicts`` holds what every check and report says. What is
+read from a run the same way here and in the gate is ``measures``'; what a
+failed run says, ``failures``'; where the traces go, ``publishing``'s.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from ..measuring import evidence, stats, traces
-from . import bottleneck, compare, margin
+from ..measuring import evidence, stats
+from . import bottleneck, margin
 from .. import errors, labs, paths
 from ..running import execute, forkserver, sandbox, slots
+from .failures import runtime_failure
+from .measures import (FIRST_STEP_SLACK, FIRST_STEP_SLACK_S, changed_during, counted_step_s, differs,  # noqa: F401
+                       figure_of, fingerprint, first_step_allowance, round_seed, tampering)
+from .publishing import name_the_file, publish_traces, trace_dir
 from .staging import (NotGraded, Stage, original_reads, original_role, prepare_data, snapshot, stage,  # noqa: F401
                       unreadable, workspace)
 # What a check says lives in verdicts; the names are kept here too, for the callers of the checker.
 from .verdicts import (CHECKS, EXIT_CODES, FAILED, INCONCLUSIVE, PASSED, SKIPPED, Check,  # noqa: F401
                        Progress, Report, checks_of, where_to_look)
-
-
-def trace_dir(lab: labs.Lab, label: str) -> Path:
-    """``runs/01-dataloader/original``: one TensorBoard run per lab and version."""
-    return paths.runs_dir() / lab.slug / label
-
-
-def runtime_failure(check: Check, outcome: execute.Outcome, lab: labs.Lab, timeout: float) -> None:
-    r = outcome.result
-    name = Path(r.get("file") or outcome.file).name
-    place = f"{name}, line {r['line']}" if r.get("line") else name
-    kind = r.get("kind", outcome.status)
-    details = []
-    if r.get("code"):
-        details.append(f"{r['line']:>4} | {r['code']}")
-    if kind == "syntax":
-        check.failed(f"{place}: the file does not parse", "a file Python can import",
-                     r.get("message", ""), "fix the line shown (and the one just before it)", details)
-    elif kind == "import":
-        check.failed(f"{place}: importing the file raised an error", "the file imports cleanly",
-                     r.get("message", ""), "look at the top-level code of your file", details)
-    elif kind == "missing":
-        check.failed(f"{name} defines no pipeline(cfg)", "a function pipeline(cfg) that yields once per step",
-                     "no such function", "keep the function name and signature of the exercise")
-    elif kind in ("exception", "bad_yield", "not_generator"):
-        step = (f" on rank {r['rank']}" if "rank" in r else "") + (f" at step {r['step']}" if "step" in r else "")
-        check.failed(f"{place}: your pipeline raised an error{step}", "every step runs",
-                     r.get("message", ""), "look at the line shown; --verbose prints the full traceback", details)
-    elif kind == "timeout":
-        ranks = f": {r['ranks_at']}" if r.get("ranks_at") else ""  # a torchrun job: where each rank stopped
-        check.failed(f"{name} did not finish within the time limit ({timeout:g} s){ranks}", f"under {timeout:g} s",
-                     "still running, stopped", "look for an endless loop or a wait that never returns; "
-                     "`proflab run` shows how far it gets")
-    elif kind == "background":
-        check.failed(f"{name}: {r.get('message', '')}", "each step does its own work, in the step",
-                     "work beside the steps", "do the work of a step inside pipeline(cfg)'s loop, before it "
-                     "yields; this lab allows no threads or processes that work on while the steps are timed")
-    elif kind == "marks":
-        check.failed(f"{name}: {r.get('message', '')}", "every step marked, in order, as the kit's runner marks it",
-                     "marks missing or out of order", "leave the kit's runner, its pipe and its file descriptors "
-                     "alone; if you did not touch them, run `proflab run` to see whether the run ends early")
-    elif kind == "tampered":
-        check.failed(f"{name}: {r.get('message', '')}", "the original and the lab's data left as they are",
-                     "changed", "a lab file reads the lab's data through the lab's own classes, and writes nothing")
-    elif kind == "disk":
-        check.failed(f"{name}: {r.get('message', '')}", "a run that leaves the disk with room", "a full disk",
-                     "look for files your program writes (a cache, a log, a copy of the data): free the space, "
-                     "then check again")
-    elif kind == "left_running":
-        check.failed(f"{name}: {r.get('message', '')}", "every process it starts stops with it", "stuck processes",
-                     "look for processes that wait on a device or a file that never answers")
-    elif kind == "trace":
-        check.failed(f"{name}: {r.get('message', '')}", "the trace as the profiler wrote it", "a different file",
-                     "leave the trace files alone: the checker reads them as the profiler wrote them")
-    elif kind == "clock":
-        check.failed(f"{name}: {r.get('message', '')}", "the same time by both clocks", "they disagree",
-                     "leave time, the profiler and the kit's own modules as they are")
-    elif kind == "memory":
-        check.failed(f"{name} {r.get('message', '')}", f"under {lab.workload.memory_mb:.0f} MB",
-                     "too much memory", "look for data kept from every step (tensors that still require "
-                     "grad, a growing list), or a bigger batch than the original's")
-    elif kind == "device":
-        check.failed(r.get("message", ""), "an available device", outcome.result.get("message", ""),
-                     "use --device cpu")
-    else:
-        check.failed(f"{name}: {r.get('message', 'the run failed')}", "a finished run", kind,
-                     "run the file with `proflab run` to see its output")
 
 
 def check(
@@ -166,7 +103,7 @@ def check(
                            workdir=staged.workdir, work=staged.work, shown_as=Path(file), data=data,
                            preload=staged.preload, original=staged.original)
                 finally:
-                    _publish_traces(lab, label, report)
+                    publish_traces(lab, label, report)
                     name_the_file(report, staged.learner, Path(file))
             finally:
                 staged.close()
@@ -176,123 +113,6 @@ def check(
     finally:
         report.duration_s = time.perf_counter() - started
     return report
-
-
-def round_seed() -> int:
-    """A round's inputs, drawn by the checker when the round starts (``cfg.seed``, and the data and weights
-    the lab kit draws from it): unknown to a file in advance, so nothing kept from another round or
-    another check is worth anything."""
-    import secrets
-
-    return secrets.randbelow(2**31 - 1) + 1
-
-
-def fingerprint(folder: Path | None) -> dict[str, tuple[int, int, int]]:
-    """Each file of a data folder with its size, modification time and inode: what a rewrite changes."""
-    found: dict[str, tuple[int, int, int]] = {}
-    if folder is None:
-        return found
-    try:
-        for entry in os.scandir(folder):
-            st = entry.stat(follow_symlinks=False)
-            found[entry.name] = (st.st_size, st.st_mtime_ns, st.st_ino)
-    except OSError:
-        pass
-    return found
-
-
-def tampering(original: Path, lab: labs.Lab, data: Path | None, data_print: dict) -> str:
-    """What a learner's run changed of what the original is run from (its copy, the lab's data), or ""."""
-    try:
-        intact = labs.sha256(original) == lab.original_sha256
-    except OSError:
-        intact = False
-    if not intact:
-        return "the checker's copy of the original was changed during its run"
-    if fingerprint(data) != data_print:
-        try:
-            (data / "READY").unlink(missing_ok=True)  # rebuilt before the next check: never used again as it is
-        except OSError:
-            pass
-        return f"the lab's data in {paths.display(data)} was changed during its run"
-    return ""
-
-
-def changed_during(outcome: execute.Outcome, learner: bool, original: Path, lab: labs.Lab, data: Path | None,
-                   data_print: dict) -> None:
-    """After a run: what it is run from (the original's copy, the lab's data) must be as it was. A change
-    is the learner's tampering only where the learner's run could have made it; a sandboxed run cannot
-    write there (nor can the original's), so the change is another process's, and nothing measured since
-    can be trusted: not graded (a data file rewritten during a check once failed a sound fix on a NaN)."""
-    changed = tampering(original, lab, data, data_print)
-    if not changed:
-        return
-    if learner and not outcome.sandboxed:
-        outcome.status, outcome.result = "error", {"kind": "tampered", "message": changed}
-        return
-    raise NotGraded(f"{changed}, and not by the run (it cannot write there): another process on this machine "
-                    "changed it. Run `proflab data --verify`, then check again")
-
-
-def _publish_traces(lab: labs.Lab, label: str, report: Report) -> None:
-    """The traces read for the verdict, moved from the check's private folder to its TensorBoard runs."""
-    if report.rank_traces:
-        _publish_rank_traces(lab, label, report)
-        return
-    if report.traces.get("original") and report.traces.get("original") == report.traces.get("learner"):
-        source = Path(report.traces["learner"])  # one run stood for both (an unchanged file): a copy for each
-        if source.exists():
-            copy = source.parent / "original" / ("original." + source.name.split(".", 1)[-1])
-            copy.parent.mkdir(exist_ok=True)
-            shutil.copyfile(source, copy)
-            report.traces["original"] = str(copy)
-    for which, path in list(report.traces.items()):
-        if not Path(path).exists():
-            continue
-        try:
-            report.traces[which] = str(traces.publish(path, trace_dir(lab, "original" if which == "original"
-                                                                        else label)))
-        except OSError as e:
-            report.traces.pop(which)  # the verdict stands; only its view in TensorBoard is missing
-            _not_kept(report, which, e)
-
-
-def _publish_rank_traces(lab: labs.Lab, label: str, report: Report) -> None:
-    """A torchrun job's traces: every rank's into the version's TensorBoard run, one worker per rank."""
-    same = report.rank_traces.get("original") == report.rank_traces.get("learner")
-    for which in ("original", "learner"):
-        paths = [p for p in report.rank_traces.get(which, []) if p and Path(p).exists()]
-        if not paths:
-            continue
-        if same and which == "original":  # one job stood for both (an unchanged file): a copy for each
-            copies = Path(paths[0]).parent / "original"
-            copies.mkdir(exist_ok=True)
-            paths = [shutil.copyfile(p, copies / Path(p).name) for p in paths]
-        try:
-            published = traces.publish_all(paths, trace_dir(lab, "original" if which == "original" else label))
-        except OSError as e:
-            report.traces.pop(which, None)  # the verdict stands; only its view in TensorBoard is missing
-            _not_kept(report, which, e)
-            continue
-        report.rank_traces[which] = [str(p) for p in published]
-        report.traces[which] = str(published[0])
-
-
-def _not_kept(report: Report, which: str, e: OSError) -> None:
-    report.notes.append(f"the {which}'s trace was not kept for TensorBoard ({errors.describe(e, 'write')}); the "
-                        "verdict does not rest on it: free some space and check again to see it")
-
-
-def name_the_file(report: Report, snapshot_path: Path, file: Path) -> None:
-    """What the report says about the snapshot, said of the learner's own file."""
-    report.file = str(file)
-    for where in {str(snapshot_path), str(snapshot_path.resolve())}:
-        report.traceback = report.traceback.replace(where, str(file))
-        report.error = report.error.replace(where, str(file))
-        report.output = report.output.replace(where, str(file))
-        for c in report.checks:
-            c.rationale, c.actual = c.rationale.replace(where, str(file)), c.actual.replace(where, str(file))
-            c.details = [line.replace(where, str(file)) for line in c.details]
 
 
 def _grade(lab, file, label, device, rounds, timeout, report: Report, on_progress: Progress, *,
@@ -481,21 +301,6 @@ def _as_original(run: execute.Outcome, report: Report, loaded: dict[str, evidenc
     return replace(run, version="original", result={**run.result, **values})
 
 
-def _expected(original: execute.Outcome, run: execute.Outcome) -> list[dict]:
-    """The values the original's run yielded, for as many steps as ``run`` was asked for (a later run
-    stops after its timed steps)."""
-    return original.result["results"][:run.steps_asked]
-
-
-def differs(lab: labs.Lab, original: execute.Outcome, run: execute.Outcome) -> compare.Difference | None:
-    """Where ``run``'s values differ from those of the original's run on the same inputs (a torchrun
-    job's: rank by rank)."""
-    if lab.distributed is None:
-        return compare.compare(_expected(original, run), run.result["results"], lab.results)
-    expected = [values[:run.steps_asked] for values in original.result["rank_results"]]
-    return compare.compare_ranks(expected, run.result.get("rank_results"), lab.results, lab.distributed)
-
-
 def _refused(lab: labs.Lab, file: Path, report: Report, runs: Check) -> bool:
     """The source audit, before anything runs: a file that reaches for the checker's own machinery is refused."""
     from . import audit
@@ -513,51 +318,6 @@ def _refused(lab: labs.Lab, file: Path, report: Report, runs: Check) -> bool:
                 "each is refused",
                 [f"{f.line:>4} | {f.code}   ({f.rule})" for f in findings[:8]])
     return True
-
-
-# The learner's first step (its import, the pipeline's set-up and the first
-# step's work) may run this much longer than the original's, for scheduling
-# noise, before the excess counts as work moved into it.
-FIRST_STEP_SLACK = 1.05
-FIRST_STEP_SLACK_S = 0.02
-
-
-def figure_of(lab: labs.Lab, device: str, runs: list[execute.Outcome], wanted: str | None = None) -> str:
-    """The figure a step's time is for these runs: ``wanted``, else the lab's for the device ([timing]),
-    where every run has it (CPU time needs /proc: elsewhere, wall time)."""
-    wanted = wanted or lab.figure(device or "cpu")
-    if wanted == "cpu_time" and all("cpu_span_s" in o.result for o in runs):
-        return wanted
-    return "wall_time"
-
-
-def first_step_allowance(lab: labs.Lab, originals: list[execute.Outcome], figure: str = "wall_time") -> float:
-    """How long a version's first step may take and still be left out of its time, in seconds.
-
-    The first step imports the lab file and builds the pipeline (data, model,
-    DataLoader workers) before its work, so it is not timed, but only up to what the original's first step
-    took (the median over its runs so far), a little slack, and the lab's
-    ``startup_s`` (starting worker processes, for instance). What a version
-    does beyond that in its first step is work moved out of the timed steps,
-    and counts. Time spent compiling (torch.compile) is left out on top.
-    """
-    key = "first_step_cpu_s" if figure == "cpu_time" else "first_step_s"
-    firsts = [float(o.result.get(key, 0.0)) for o in originals]
-    return (stats.median(firsts) if firsts else 0.0) * FIRST_STEP_SLACK + FIRST_STEP_SLACK_S + lab.workload.startup_s
-
-
-def counted_step_s(run: execute.Outcome, allowance_s: float, figure: str = "wall_time") -> float:
-    """The time per step the speed-up compares: every warm-up and timed step, stamped by the checker,
-    less the time spent compiling and at most ``allowance_s`` of the first step; in wall time, or in the
-    CPU time the checker read from /proc over the same span (``figure``)."""
-    r = run.result
-    if figure == "cpu_time" and "cpu_span_s" in r:
-        left_out = float(r["cpu_compile_s"]) + min(float(r["first_step_cpu_s"]), allowance_s)
-        return max(0.0, float(r["cpu_span_s"]) - left_out) / max(int(r["counted_steps"]), 1)
-    if "span_s" not in r:  # a run without the checker's stamps (never the case in a check)
-        return run.mean_step_s
-    left_out = float(r["compile_s"]) + min(float(r["first_step_s"]), allowance_s)
-    return max(0.0, float(r["span_s"]) - left_out) / max(int(r["counted_steps"]), 1)
 
 
 def _stop_reason(lab: labs.Lab, report: Report, done: int, elapsed_s: float) -> str:

@@ -12,7 +12,7 @@ when the whole interval is on one side of ``max_slowdown``:
     regression      the interval's bottom is above it            exit 1
     too noisy       it straddles it after every extra round      exit 4
 
-The exit codes are the checker's (``checks.EXIT_CODES``): a candidate that
+The exit codes are the checker's (``verdicts.EXIT_CODES``): a candidate that
 breaks fails too (1); a baseline or kit that fails cannot gate (3); 2, a
 usage error, is the command's.
 
@@ -36,11 +36,12 @@ from typing import Any, Callable
 from .. import errors, labs, paths
 from ..measuring import breakdown, evidence, operators, stats, traces
 from ..running import execute, forkserver, revision, slots
-from . import checks
-from .staging import NotGraded
-from .verdicts import FAILED, INCONCLUSIVE, PASSED, Check, Verdict
 from .compare import Difference
+from .failures import runtime_failure
 from .gate_config import Settings
+from .measures import changed_during, counted_step_s, differs, figure_of, first_step_allowance, fingerprint
+from .staging import prepare_data, snapshot, workspace
+from .verdicts import FAILED, INCONCLUSIVE, PASSED, Check, NotGraded, Verdict
 
 VERSIONS = ("baseline", "candidate")
 
@@ -61,7 +62,7 @@ class GateReport(Verdict):
     against: str = ""  # the git revision, when the baseline was taken from one
     commit: str = ""  # what it named
     device: str = "?"
-    figure: str = "wall_time"  # what a step's time is (``checks.figure_of``)
+    figure: str = "wall_time"  # what a step's time is (``measures.figure_of``)
     waited_s: float = 0.0  # waiting for turns at the machine, not counted
     verdict: str = FAILED  # passed (no regression) | failed (regression) | inconclusive | error
     error: str = ""  # the baseline or the kit failed: nothing to compare against
@@ -148,7 +149,7 @@ def run(s: Settings, on_progress: Progress = lambda message: None) -> GateReport
                         against=s.against or "", checks=[Check(*c) for c in CHECKS], max_slowdown=s.max_slowdown,
                         settings=dict(s.values))
     try:
-        with checks.workspace("gate-") as work:
+        with workspace("gate-") as work:
             gate = _prepare(s, work, report)
             try:
                 with slots.turn(on_progress) as slot, forkserver.session():  # one turn: imports, rounds, reading
@@ -158,7 +159,7 @@ def run(s: Settings, on_progress: Progress = lambda message: None) -> GateReport
                     execute.warm(gate.lab, preload, str(gate.baseline), gate.baseline, gate.baseline_workdir,
                                  gate.tree.import_paths(sys.path) if gate.tree else None)
                     execute.warm(gate.lab, preload, str(gate.candidate), gate.candidate, gate.workdir)
-                    data = checks.prepare_data(gate.lab)
+                    data = prepare_data(gate.lab)
                     _measure(gate, report, on_progress, work, data, preload)
             finally:
                 _publish(s, report)
@@ -188,13 +189,13 @@ def _in_gate_words(report: GateReport) -> None:
 def _prepare(s: Settings, work: Path, report: GateReport) -> Gate:
     cwd = Path(s.root).resolve() if s.root else Path.cwd()  # the project's top folder: where both versions run
     try:
-        candidate = checks.snapshot(Path(s.file), work / "candidate")
+        candidate = snapshot(Path(s.file), work / "candidate")
     except OSError as e:
         raise NotGraded(f"{s.file} cannot be read ({e.strerror or e})") from None
     tree = None
     if s.baseline:
         try:
-            baseline = checks.snapshot(Path(s.baseline), work / "baseline")
+            baseline = snapshot(Path(s.baseline), work / "baseline")
         except OSError as e:
             raise NotGraded(f"{s.baseline} cannot be read ({e.strerror or e})") from None
         shown, base_cwd = paths.display(Path(s.baseline)), cwd
@@ -221,7 +222,7 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
     try:
         compile(gate.candidate.read_bytes(), str(gate.candidate), "exec")
     except SyntaxError as e:
-        checks.runtime_failure(runs, execute.Outcome("candidate", gate.candidate, "error", result={
+        runtime_failure(runs, execute.Outcome("candidate", gate.candidate, "error", result={
             "kind": "syntax", "message": f"SyntaxError: {e.msg}", "file": str(s.file), "line": e.lineno,
             "code": (e.text or "").strip()}), lab, lab.workload.timeout_s)
         report.verdict = FAILED
@@ -229,7 +230,7 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
     done: dict[str, list[execute.Outcome]] = {v: [] for v in VERSIONS}
     loaded: dict[str, evidence.Trace] = {}
     device = s.device
-    data_print = checks.fingerprint(data)
+    data_print = fingerprint(data)
     since, waited_before = time.perf_counter(), report.waited_s
     rounds = lab.workload.rounds
 
@@ -254,7 +255,7 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
             raise NotGraded(str(e)) from None
         if outcome.status == "kit":
             raise NotGraded(outcome.result.get("message", "the kit failed"))
-        checks.changed_during(outcome, which == "candidate", gate.baseline, lab, data, data_print)
+        changed_during(outcome, which == "candidate", gate.baseline, lab, data, data_print)
         if outcome.ok and device == "auto":
             device = outcome.result["device"]
         if outcome.ok and first and outcome.result.get("trace"):
@@ -292,7 +293,7 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
                                         f"{lab.workload.total_steps}", f"{lab.workload.total_steps} steps",
                                         f"{steps} steps", "yield once per step, for as long as the gate asks")
                         else:
-                            checks.runtime_failure(runs, outcome, lab, lab.workload.timeout_s)
+                            runtime_failure(runs, outcome, lab, lab.workload.timeout_s)
                         report.verdict = FAILED
                     else:
                         report.verdict = "error"
@@ -303,7 +304,7 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
                 if which == "baseline":
                     if not done["baseline"] and not lab.results:
                         lab = replace(lab, results=_rules(s, outcome.result["results"]))
-                    elif done["baseline"] and (diff := checks.differs(lab, done["baseline"][0], outcome)):
+                    elif done["baseline"] and (diff := differs(lab, done["baseline"][0], outcome)):
                         if not s.allow_different_results:
                             report.verdict = "error"
                             report.error = (f"two runs of the baseline disagree ({diff.message}): it is not "
@@ -317,7 +318,7 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
             report.device = device
 
             for run in done["candidate"][len(report.timings["candidate"]):]:
-                diff = checks.differs(lab, done["baseline"][0], run)
+                diff = differs(lab, done["baseline"][0], run)
                 if diff is not None and not report.different:
                     if not s.allow_different_results:
                         runs.passed(f"{name} ran all {lab.workload.total_steps} steps")
@@ -328,10 +329,10 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
                     report.different = diff.message
                 run.result.pop("results")
                 run.result.pop("rank_results", None)
-            report.figure = checks.figure_of(lab, device, done["baseline"] + done["candidate"], s.measure)
-            allowance = checks.first_step_allowance(lab, done["baseline"], report.figure)
+            report.figure = figure_of(lab, device, done["baseline"] + done["candidate"], s.measure)
+            allowance = first_step_allowance(lab, done["baseline"], report.figure)
             for which in VERSIONS:
-                report.timings[which] = [checks.counted_step_s(o, allowance, report.figure) for o in done[which]]
+                report.timings[which] = [counted_step_s(o, allowance, report.figure) for o in done[which]]
 
             if round_no == 1:
                 runs.passed(f"{name} ran all {lab.workload.total_steps} steps on {device}",

@@ -21,10 +21,7 @@ from pathlib import Path
 
 from .. import errors, labs, paths
 from ..running import execute, forkserver, sandbox
-
-
-class NotGraded(Exception):
-    """The kit or the machine failed during a check (a full disk, lab data that cannot be built)."""
+from .verdicts import NotGraded
 
 
 def new_workspace(prefix: str) -> Path:

@@ -15,6 +15,10 @@ PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 INCONCLUSIVE = "inconclusive"  # too noisy to call either way: neither a pass nor a fail
 
 
+class NotGraded(Exception):
+    """The kit or the machine failed during a check (a full disk, lab data that cannot be built)."""
+
+
 # name, title, what it checks (shown with every verdict)
 CHECKS = (
     ("runs", "It runs", "your file imports, and pipeline(cfg) yields every step without error"),

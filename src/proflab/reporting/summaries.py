@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .. import errors, labs
 from ..measuring.breakdown import Breakdown
-from ..grading.checks import trace_dir
+from ..grading.publishing import trace_dir
 from ..grading.verdicts import Report
 
 STEP_TIME = "step_time_ms"
