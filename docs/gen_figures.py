@@ -280,7 +280,7 @@ def read_labels(text: str, root: Path) -> dict[str, str]:
 
 
 def read_lab3_4(name: str, text: str, root: Path) -> dict[str, str]:
-    """Labs 3 and 4: the check's figures before and after, the host reads, the labels' times (lab 3)."""
+    """Labs 3, 4 and 8: the check's figures before and after, the host reads, the labels' times (lab 3)."""
     f: dict[str, str] = {}
     if m := re.search(r"([\d.]+)× faster than the original over", text):
         f["speedup"] = m.group(1)
@@ -630,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
                 text, code, took = command(root, number, cmd)
                 (folder / f"{name}.txt").write_text(text, encoding="utf-8")
                 read = read_check(text) if name.startswith("check") else read_run(text, lab, active)
-                if number in (3, 4):
+                if number in (3, 4, 8):
                     read.update(read_lab3_4(name, text, root))
                 if number in (1, 2):
                     read.update(read_lab1_2(name, text))

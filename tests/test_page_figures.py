@@ -104,6 +104,8 @@ FIX_TOKENS = {
     5: ["no_grad", "inference_mode", ".item()", ".detach()"],
     6: ["no_sync", "bucket_cap_mb"],
     7: ["max_slowdown = 1.3", "max_slowdown of 1.3", "1.3×", "max_rounds = 30", "profile_steps = 5"],
+    8: ["channels_last", "fuse_modules", "fuse_conv_bn_eval", "optimization.fuse", "inference_mode", "folding",
+        "folded", "Fold each", "fold each"],
 }
 AFTER_YOU_PASS = re.compile(r'^\?\?\? note "After you pass[^"]*"\n((?:[ \t]+.*\n|\s*\n)*)', re.M)
 
