@@ -74,12 +74,17 @@ def _paused(child: dict, code: str, seen: set[str], last_q: bool = False) -> int
     return pid
 
 
-def _resume(pid: int | None) -> None:
+def _resume(pid: int | None) -> float:
+    """Continue the stopped run; the time just before it was continued. The run waited stopped at least
+    until then, and this thread may be made to wait after it (on a busy machine, seconds): the time the
+    run waited is counted up to the continue, never to whenever this thread runs again."""
+    before = time.perf_counter()
     if pid is not None:
         try:
             os.kill(pid, signal.SIGCONT)
         except OSError:
             pass
+    return before
 
 
 def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
@@ -115,8 +120,7 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
                 marks.wall.setdefault(code, time.time())
             marks.stamps.append((code, now))
             if stopped is not None:
-                _resume(stopped)
-                held += time.perf_counter() - arrived
+                held += _resume(stopped) - arrived
 
 
 def _expected_marks(spec: dict[str, Any]) -> str:
