@@ -75,13 +75,13 @@ ALLOWED = [
 # factors the guide's class of five is built with (docs/gen_figures.py --page instructor).
 ALLOWED += [("instructor.md", text, reason) for text, reason in [
     ("5 s", "progress.py LOCK_READ_WAIT_S"), ("30 s", "progress.py LOCK_WAIT_S"),
-    ("20 ms", "the slack of the first step (grading/checks.py), of the trace's steps, the memory sampling, "
+    ("20 ms", "the slack of the first step (grading/measures.py), of the trace's steps, the memory sampling, "
               "the calibration lab's step_ms"),
     ("2×", "the trace's steps against the stamped ones"), ("25%", "running/marks.py CLOCK_SLACK"),
     ("30 ms", "the background work floor, running/marks.py"), ("0.25 s", "running/execute.py POLL_S"),
     ("100 ms", "running/memory.py DEVICE_SAMPLE_S"), ("0.9×", "labs.py min_work_vs_original"),
-    ("5×", "grading/bottleneck.py PROFILED_SLOWDOWN_MAX"),
-    ("5%", "measuring/answers.py FOREIGN_SHARE, grading/checks.py FIRST_STEP_SLACK"),
+    ("5×", "grading/checks/evidence.py PROFILED_SLOWDOWN_MAX"),
+    ("5%", "measuring/answers.py FOREIGN_SHARE, grading/measures.py FIRST_STEP_SLACK"),
     ("10%", "measuring/answers.py CALLS_SLACK, the host peak's slack; bob's factor in the guide's class"),
     ("3×", "measuring/answers.py STEP_FACTOR"), ("50 ms", "measuring/answers.py STEP_SLACK_S"),
     ("80%", "measuring/answers.py NEAR_TOP"),

@@ -18,7 +18,7 @@ from .. import labs, paths
 from ..measuring import stats
 from ..running import execute
 from . import compare
-from .verdicts import NotGraded
+from .verdicts import NotGraded, Report
 
 
 def round_seed() -> int:
@@ -135,3 +135,22 @@ def counted_step_s(run: execute.Outcome, allowance_s: float, figure: str = "wall
         return run.mean_step_s
     left_out = float(r["compile_s"]) + min(float(r["first_step_s"]), allowance_s)
     return max(0.0, float(r["span_s"]) - left_out) / max(int(r["counted_steps"]), 1)
+
+
+def record_peaks(report: Report, originals: list[execute.Outcome], learners: list[execute.Outcome]) -> None:
+    """Each round's peaks, as read from outside the runs. The first round's runs are profiled (with
+    profile_memory, which keeps its own records): only the unprofiled rounds after it compare like with like."""
+    def figures(run: execute.Outcome) -> dict:
+        return run.result.get("memory") or {}
+
+    later = list(zip(originals, learners))[1:]
+    report.memory.update(original=[figures(o).get("peak_mb") for o, _ in later],
+                         learner=[figures(m).get("peak_mb") for _, m in later])
+    if any(figures(run).get("device_graded") for pair in zip(originals, learners) for run in pair):
+        report.memory.update(device_original=[figures(o).get("device_peak_mb") for o, _ in later],
+                             device_learner=[figures(m).get("device_peak_mb") for _, m in later])
+    first = figures(learners[0])
+    report.memory["measured"] = first.get("measured", "")
+    report.memory["source"] = "/proc/PID/status: VmRSS summed, VmHWM, VmData growth" + (
+        f"; {first['device_source']}" if first.get("device_source") else "")
+    report.memory["runs"] = {"original": [figures(o) for o in originals], "learner": [figures(m) for m in learners]}

@@ -1,7 +1,11 @@
-"""What a check says: its four named checks, each one's verdict, and the report that holds them.
+"""What a check says: each named check's verdict, and the report that holds them.
 
-Shared by the checker (``checks``), the steps that decide its last two checks
-(``bottleneck``, ``margin``), the gate, and every report format.
+The grading's shared words, at its bottom: the statuses, a ``Check`` (one row
+of a report: its name, title, what it checks, and the verdict with its
+rationale, expected, measured and help), the ``Report`` of a lab's check, what
+the gate's report shares with it (``Verdict``), and ``NotGraded``, the kit's
+or the machine's failure. The named checks themselves, with their titles and
+texts, are ``checks``'; every report format reads what they wrote here.
 """
 
 from __future__ import annotations
@@ -17,42 +21,6 @@ INCONCLUSIVE = "inconclusive"  # too noisy to call either way: neither a pass no
 
 class NotGraded(Exception):
     """The kit or the machine failed during a check (a full disk, lab data that cannot be built)."""
-
-
-# name, title, what it checks (shown with every verdict)
-CHECKS = (
-    ("runs", "It runs", "your file imports, and pipeline(cfg) yields every step without error"),
-    ("same_results", "Same work, same results", "every step processes the same samples and yields the same values as the original"),
-    ("evidence", "The bottleneck is gone", "the profiler trace of your version no longer shows the bottleneck"),
-    ("faster", "Faster", "your version is faster than the original by the lab's threshold"),
-)
-
-
-# In a lab whose learner profiles (lab 0), the last two checks are about their profile and what it costs.
-OWN_PROFILE_CHECKS = {
-    "evidence": ("Your own profile", "the trace your profiler wrote: a window of labelled steps, and your answers "
-                 "read from it"),
-    "faster": ("Low overhead", "your profiled version is at most the lab's overhead slower than the unprofiled one"),
-}
-
-
-# In a lab graded on memory (lab 5), the last check is about the run's peak memory.
-LEANER_CHECK = ("Leaner", "your version's peak memory, measured by the checker from outside its process, is at "
-                "most the lab's share of the original's")
-
-
-def checks_of(lab: labs.Lab) -> tuple[tuple[str, str, str], ...]:
-    """The four checks, as this lab names them."""
-    if lab.gating is not None:
-        from . import gate_lab
-
-        return gate_lab.checks_of(lab)
-    if lab.leaner:
-        return tuple((name, *LEANER_CHECK) if name == "faster" else (name, title, text)
-                     for name, title, text in CHECKS)
-    if lab.profiling is None:
-        return CHECKS
-    return tuple((name, *OWN_PROFILE_CHECKS.get(name, (title, text))) for name, title, text in CHECKS)
 
 
 @dataclass
@@ -77,6 +45,11 @@ class Check:
 
     def inconclusive(self, rationale: str, expected: str = "", actual: str = "", help: str = "") -> None:
         self.status, self.rationale, self.expected, self.actual, self.help = INCONCLUSIVE, rationale, expected, actual, help
+
+
+def verdict_of(check: Check) -> str:
+    """The verdict a lab's last check gives the whole check: passed or failed as it is, else inconclusive."""
+    return {PASSED: PASSED, FAILED: FAILED}.get(check.status, INCONCLUSIVE)
 
 
 # 0 passed, 1 failed, 3 cannot grade (the original, a gate's baseline, or the kit failed), 4 too noisy to call.
