@@ -205,14 +205,14 @@ def test_a_figure_that_cannot_be_read_is_none_never_zero(monkeypatch):
 
 def test_not_a_fix_is_told_for_calls_the_original_does_not_make(tmp_path):
     from proflab import labs
-    from proflab.grading import bottleneck
+    from proflab.grading.checks import evidence
 
     lab = labs.resolve("memory")
     said = tmp_path / "a.py"
     said.write_text("# torch.cuda.empty_cache() would not help here\nfrom gc import collect\ncollect()\n")
-    found = bottleneck.not_a_fix(lab, said)
+    found = evidence.not_a_fix(lab, said)
     assert [line.split(":")[0] for line in found] == ["gc.collect"]  # a comment is no call
-    assert bottleneck.not_a_fix(lab, lab.original) == []
+    assert evidence.not_a_fix(lab, lab.original) == []
 
 
 def test_the_peak_is_seen_from_outside_even_when_the_process_resets_its_high_water_mark():
@@ -273,12 +273,12 @@ def test_on_cuda_the_device_holds_the_leak_and_the_host_may_not_take_it_over(hos
     """On CUDA the CUDA context and the data set dominate the host's peak in every version: the host is held
     to the original's (within 10%), the device to the lab's share. No GPU needed: the peaks are given."""
     from proflab import labs
-    from proflab.grading import margin
+    from proflab.grading.checks import leaner
     from proflab.grading.verdicts import Report
 
     lab = labs.resolve("memory")
     report = Report(lab=lab.name, number=lab.number, title=lab.title, file="f.py", label="f", device="cuda")
     report.memory = {"original": [2010.0, 2000.0, 2022.0], "learner": host,
                      "device_original": [1210.0, 1190.0, 1205.0], "device_learner": [150.0, 152.0, 149.0]}
-    assert margin.memory_decision(lab, report)[:2] == (decision, "host")  # the host is the closer call
+    assert leaner.memory_decision(lab, report)[:2] == (decision, "host")  # the host is the closer call
 

@@ -87,11 +87,11 @@ def _gate_said(verdict: str, slowdown: tuple[float, float, float], regression: s
     ("inconclusive", (1.01, 0.93, 1.09), "failed", "could not call the unchanged fix: 1.01×"),
 ])
 def test_only_no_regression_passes_the_unchanged_fix(verdict, slowdown, status, said):
-    from proflab.grading import gate_lab
+    from proflab.grading.checks import gate_cause, gate_regression, gate_unchanged
     from proflab.grading.checks import Check
 
     check = Check("same_results", "Passes the unchanged fix", "")
-    gate_lab.judge_unchanged(_gate_said(verdict, slowdown), 1.05, check)
+    gate_unchanged.judge_unchanged(_gate_said(verdict, slowdown), 1.05, check)
     assert check.status == status and said in check.rationale, check.rationale
 
 
@@ -103,29 +103,29 @@ def test_only_no_regression_passes_the_unchanged_fix(verdict, slowdown, status, 
     ("failed", "skipped", "failed", "let the fix undone through"),  # a candidate that broke is no catch
 ])
 def test_only_a_regression_verdict_catches_the_fix_undone(verdict, regression, status, said):
-    from proflab.grading import gate_lab
+    from proflab.grading.checks import gate_cause, gate_regression, gate_unchanged
     from proflab.grading.checks import Check
 
     check = Check("evidence", "Catches the regression", "")
-    gate_lab.judge_regression(_gate_said(verdict, (2.97, 2.20, 4.02), regression), 2.0, check)
+    gate_regression.judge_regression(_gate_said(verdict, (2.97, 2.20, 4.02), regression), 2.0, check)
     assert check.status == status and said in check.rationale, check.rationale
 
 
 def test_the_cause_must_be_named_by_the_change_that_grew_most():
     from proflab import labs
-    from proflab.grading import gate_lab
+    from proflab.grading.checks import gate_cause, gate_regression, gate_unchanged
     from proflab.grading.checks import Check
 
     g = labs.resolve("7").gating
     named = Check("faster", "Names the cause", "")
-    gate_lab.judge_cause(_gate_said("failed", (3, 2, 4), because="`enumerate(DataLoader)#…__next__` went from "
+    gate_cause.judge_cause(_gate_said("failed", (3, 2, 4), because="`enumerate(DataLoader)#…__next__` went from "
                                                                   "2.8 ms to 331 ms per step"), g, named)
     assert named.status == "passed"
     other = Check("faster", "Names the cause", "")
-    gate_lab.judge_cause(_gate_said("failed", (3, 2, 4), because="`aten::addmm` went from 1 ms to 2 ms"), g, other)
+    gate_cause.judge_cause(_gate_said("failed", (3, 2, 4), because="`aten::addmm` went from 1 ms to 2 ms"), g, other)
     assert other.status == "failed" and "without naming the DataLoader" in other.rationale
     blind = Check("faster", "Names the cause", "")
-    gate_lab.judge_cause(_gate_said("failed", (3, 2, 4), traced=False), g, blind)
+    gate_cause.judge_cause(_gate_said("failed", (3, 2, 4), traced=False), g, blind)
     assert blind.status == "failed" and "no trace was recorded" in blind.rationale
 
 
