@@ -73,12 +73,14 @@ class Frames:
 
     def batches(self, batch_size: int, device: torch.device | str = "cpu") -> Iterator[torch.Tensor]:
         """Consecutive batches of ``batch_size`` frames, ``(batch_size, 3, IMAGE_SIZE, IMAGE_SIZE)`` floats,
-        normalised, contiguous (PyTorch's default memory format), on ``device``; a short last batch is
-        dropped. Every frame is converted before the first batch is served, so that a step holds the
-        model's work, not the preprocessing."""
+        normalised, contiguous (PyTorch's default memory format), on ``device``, without end: after the last
+        whole batch the frames start again from the first (a short last batch is dropped). Every frame is
+        converted before the first batch is served, so that a step holds the model's work, not the
+        preprocessing."""
         images = ((self.pixels.float() / 255.0 - _MEAN) / _STD).to(device)
-        for start in range(0, len(images) - batch_size + 1, batch_size):
-            yield images[start:start + batch_size]
+        while True:
+            for start in range(0, len(images) - batch_size + 1, batch_size):
+                yield images[start:start + batch_size]
 
 
 def _conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int, groups: int = 1) -> nn.Sequential:
