@@ -103,17 +103,24 @@ def dashboard(driver, base: str, name: str, needles: tuple[str, ...], out: Path,
     return path
 
 
-def timeline(driver, base: str, out: Path, name: str = "tensorboard-trace-timeline.png") -> Path:
-    """The kit's "Trace timeline" tab: the profiler's trace viewer, offline (the first run it lists)."""
+def timeline(driver, base: str, out: Path, name: str = "tensorboard-trace-timeline.png", run: str = "") -> Path:
+    """The kit's "Trace timeline" tab: the profiler's trace viewer, offline (the run it opens first, or
+    ``run``, chosen in its Run list as a learner would)."""
     driver.get(f"{base}/#proflab_timeline")
     frame = plugin_frame(driver, "proflab_timeline")
     deadline = time.monotonic() + 90
     steps = ""
     while time.monotonic() < deadline:
         driver.switch_to.frame(frame)
+        if run:
+            driver.execute_script(
+                "const s = document.getElementById('run'); const run = arguments[0];"
+                "if (s && s.options.length && s.value !== run && [...s.options].some(o => o.value === run)) {"
+                "  s.value = run; s.dispatchEvent(new Event('change')); }", run)
+        loaded = driver.execute_script("return document.body ? (document.body.dataset.loaded || '') : ''")
         steps = driver.execute_script("return document.body ? (document.body.dataset.steps || '') : ''")
         driver.switch_to.default_content()
-        if steps:
+        if steps and (not run or loaded == run):
             break
         time.sleep(1)
     assert steps and int(steps) > 0, "the timeline never showed the trace's ProfilerStep# events"
@@ -425,7 +432,8 @@ def lab_timeline(lab: str, out: Path) -> None:
     driver = chrome()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        path = timeline(driver, f"http://127.0.0.1:{port}", out, f"trace-timeline-{found.slug}.png")
+        path = timeline(driver, f"http://127.0.0.1:{port}", out, f"trace-timeline-{found.slug}.png",
+                        run=f"{found.slug}/original")
         print(f"wrote {path}")
         if found.leaner:  # a lab graded on memory: its original's climb, in Profile › Memory
             path = profile_view(driver, f"http://127.0.0.1:{port}", out, "memory", run=f"{found.slug}/original",

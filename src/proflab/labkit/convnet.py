@@ -8,11 +8,12 @@ batches, in a fixed order.
 ``ServingNet`` is shaped like a pretrained MobileNet (version 1): a strided
 stem, then depthwise-separable blocks, each convolution followed by a
 ``BatchNorm2d`` and a ReLU; 17 convolutions, 17 batch norms; global average
-pooling and a linear classifier. It is not trained: its weights and its batch
-norms' running statistics are drawn from a fixed seed every time one is
-built, the statistics far from the identity (means away from 0, variances
-away from 1, scales and shifts of their own), as a trained network's are, so
-that a batch norm left out or folded wrongly changes every logit. The model is
+pooling and a linear classifier. It is not trained: its weights are drawn
+from a fixed seed every time one is built, and its batch norms' running
+statistics measured from the activations they see (``_calibrate``), far from
+the identity (means away from 0, variances away from 1, scales and shifts of
+their own), as a trained network's are: every frame gets logits of its own,
+and a batch norm left out or folded wrongly changes every logit. The model is
 returned in ``eval()`` mode, as a served model is; everything else (autograd,
 memory format, how batch norm runs) is the lab file's business.
 """
@@ -111,12 +112,26 @@ class ServingNet(nn.Sequential):
             self.pool = nn.AdaptiveAvgPool2d(1)
             self.flatten = nn.Flatten()
             self.classifier = nn.Linear(BLOCKS[-1][1], CLASSES)
-            with torch.no_grad():  # the statistics a trained network's batch norms hold
-                for m in self.modules():
-                    if isinstance(m, nn.BatchNorm2d):
-                        n = m.num_features
-                        m.running_mean.copy_(0.2 * torch.randn(n))
-                        m.running_var.copy_(0.5 + torch.rand(n))
-                        m.weight.copy_(1.0 + 0.2 * torch.randn(n))
-                        m.bias.copy_(0.1 * torch.randn(n))
+            self._calibrate()
         self.eval()
+
+    def _calibrate(self) -> None:
+        """Give every batch norm the statistics a trained network's hold: those of the activations it
+        sees (measured on a fixed batch of noise, as training measures them on its data), moved a little,
+        with scales and shifts of their own. Statistics drawn without looking at the activations would
+        shrink the signal at every one of the 17 layers, until every frame got the same logits, and no
+        comparison of results could tell one frame's answer from another's."""
+        norms = [m for m in self.modules() if isinstance(m, nn.BatchNorm2d)]
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None  # a cumulative average: the statistics of the batch itself
+        self.train()
+        with torch.no_grad():
+            self(torch.randn(64, 3, IMAGE_SIZE, IMAGE_SIZE))
+            for m in norms:
+                n = m.num_features
+                m.momentum = 0.1
+                m.running_mean.add_(0.1 * m.running_var.sqrt() * torch.randn(n))
+                m.running_var.mul_(0.8 + 0.4 * torch.rand(n))
+                m.weight.copy_(1.0 + 0.2 * torch.randn(n))
+                m.bias.copy_(0.1 * torch.randn(n))
