@@ -173,6 +173,7 @@ ALLOWED = [
     ("import torch\ntorch._foreach_mul_(params, 0.9)\nfrom torch import _foreach_add_", []),
     ("import torch._dynamo\ntorch._dynamo.reset()", []),
     ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True", []),
+    ("import torch\ntorch.backends.cudnn.conv.fp32_precision = \"ieee\"", []),
     ('import torch, tempfile\ntorch.save(x, tempfile.gettempdir() + "/x.pt")\ny = torch.load("x.pt")', []),
     ("import sys, time\nprint(time.perf_counter(), file=sys.stderr)", []),
     ("from concurrent.futures import ThreadPoolExecutor\nwith ThreadPoolExecutor(8) as pool:\n"

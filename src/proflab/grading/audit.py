@@ -203,7 +203,11 @@ _OVERRIDES = frozenset({"__torch_function__", "__torch_dispatch__"})
 _SETTABLE = frozenset({"torch.backends.cudnn.benchmark", "torch.backends.cudnn.deterministic",
                        "torch.backends.cuda.matmul.allow_tf32", "torch.backends.cudnn.allow_tf32",
                        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
-                       "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction"})
+                       "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+                       # torch 2.9's names for the same choices (TF32 or full float32, per backend)
+                       "torch.backends.fp32_precision", "torch.backends.cuda.matmul.fp32_precision",
+                       "torch.backends.cudnn.fp32_precision", "torch.backends.cudnn.conv.fp32_precision",
+                       "torch.backends.cudnn.rnn.fp32_precision", "torch.backends.mkldnn.fp32_precision"})
 
 
 def audit_source(source: str, filename: str = "<lab file>", allow: Iterable[str] = (),
