@@ -230,7 +230,7 @@ def read_check(text: str) -> dict[str, str]:
         if m := re.match(r"^(PASSED|FAILED|NOT GRADED|INCONCLUSIVE)\b.*? in (\d+) s", line):
             f["verdict"], f["took_s"] = m.groups()
     says = f.get("faster.says", "")
-    if m := re.search(r"([\d.]+)× the original's (?:speed|CPU time|step time)?", says):
+    if m := re.search(r"([\d.]+)× (?:faster than the original\b|the original's (?:speed|CPU time|step time)?)", says):
         f["speedup"] = m.group(1)
     if m := re.search(r"95% interval ([\d.]+)–([\d.]+)×", says):
         f["speedup_low"], f["speedup_high"] = m.groups()

@@ -134,3 +134,44 @@ def test_a_new_metric_registers_itself_and_its_test_passes(tmp_path):
                              "tests/metrics/test_demo_calls.py", "tests/metrics/test_registry.py"],
                             env=env, capture_output=True, text=True, cwd=root, timeout=300)
     assert tested.returncode == 0, tested.stdout[-3000:]
+
+
+def test_validate_says_what_the_skeleton_leaves_to_write(new_lab):
+    """The full validation's last check: every TODO the skeleton wrote, in the lab's files, its page and its
+    lines of the nav and the index, is named until it is written."""
+    root, number, _ = new_lab
+    code = ("import sys; from pathlib import Path; from proflab import labs; from proflab.authoring import validate;"
+            f"lab = next(l for l in labs.discover(Path('labs')) if l.number == {number});"
+            "r = validate.check_finished(Path('.'), lab); print(r.ok, r.measured)")
+    env = {**os.environ, "PROFLAB_ROOT": str(root), "PYTHONPATH": str(root / "src")}
+    said = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True).stdout
+    assert said.startswith("False TODO left in"), said
+    for place in (f"labs/{number:02d}_demo/lab.toml", f"docs/labs/{number:02d}-demo.md", "src/proflab/labkit/demo.py",
+                  "mkdocs.yml (the lab's line)", "docs/index.md (the lab's line)"):
+        assert place in said, (place, said)
+
+
+def test_a_metric_written_with_the_lab_comes_before_validating_it(tmp_path):
+    root = checkout(tmp_path)
+    proc = proflab(root, "new-lab", "demo", "--metric", "demo_calls")
+    assert proc.returncode == 0, proc.stderr
+    steps = [line.strip() for line in proc.stdout.split("Next", 1)[1].splitlines() if line.strip()]
+    text = " ".join(steps)
+    assert "or write one: proflab new-lab --metric NAME" not in text
+    assert text.index("src/proflab/measuring/metrics/demo_calls.py") < text.index("every check green")
+
+
+def test_a_value_the_original_never_yields_is_the_labs_mistake_not_a_pass(new_lab):
+    """A [results.KEY] whose key the original does not yield would compare nothing, and every version
+    would match it: the checker refuses to grade against it (exit 3), naming the table and what is yielded."""
+    root, number, _ = new_lab
+    manifest = root / "labs" / f"{number:02d}_demo" / "lab.toml"
+    before = manifest.read_text()
+    try:
+        manifest.write_text(before.replace("[results.out]", "[results.scores]"))
+        proc = proflab(root, "check", str(number), "--file", f"labs/{number:02d}_demo/solution.py", "--json")
+    finally:
+        manifest.write_text(before)
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr
+    said = one_line(proc.stdout)
+    assert "compares [results.scores], but its original yields no 'scores' (it yields 'out')" in said, said

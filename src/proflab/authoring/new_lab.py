@@ -126,8 +126,7 @@ def new_lab(root: Path, name: str, title: str = "", number: int | None = None) -
         f"(the bottleneck), solution.py (the fix); copy original.py to exercise.py",
         f"fill in every TODO of labs/{folder}/lab.toml; proflab validate-lab {number} prints a changed "
         "original's new original_sha256",
-        "pick the evidence metric that counts the lesson however it is spelled (src/proflab/measuring/metrics/), "
-        "or write one: proflab new-lab --metric NAME",
+        METRIC_STEP,
         f"add sound alternatives and plausible mistakes as tests/learner_files/lab{number}_*.py, each with its "
         "README row (its expected verdict), and the lab's own attempts at gaming it in "
         f"tests/test_lab{number}_check.py",
@@ -136,6 +135,23 @@ def new_lab(root: Path, name: str, title: str = "", number: int | None = None) -
         f"proflab validate-lab {number}: every check green",
     ]
     return written
+
+
+METRIC_STEP = ("pick the evidence metric that counts the lesson however it is spelled "
+               "(src/proflab/measuring/metrics/), or write one: proflab new-lab --metric NAME")
+
+
+def next_steps(done: list[Written]) -> list[str]:
+    """What to fill in next, in order: a metric written with the lab takes the place of choosing one."""
+    lab = next((w for w in done if METRIC_STEP in w.next_steps), None)
+    metric = next((w for w in done if w is not lab), None)
+    if lab is None:
+        return metric.next_steps if metric else []
+    steps = list(lab.next_steps)
+    if metric is not None:
+        at = steps.index(METRIC_STEP)
+        steps[at:at + 1] = metric.next_steps
+    return steps
 
 
 def new_metric(root: Path, metric: str, unit: str = "calls") -> Written:

@@ -15,6 +15,7 @@ every file, as ``proflab check`` does (sandboxed, against the original, on this 
     page          its page is in the site's nav and index, the site builds (mkdocs --strict), and the page
                   quotes the lab's figures from docs/gen_figures.py
     tests         tests/test_labN_check.py exists
+    finished      no TODO left in the lab's files, its labkit module, its page, its nav and index lines
 """
 
 from __future__ import annotations
@@ -137,6 +138,8 @@ def check_reference(lab, times: int) -> Result:
 
 
 def check_exercise(lab, times: int) -> Result:
+    """The untouched exercise fails every time, and on the lesson: its evidence (the bottleneck in its trace).
+    Failing on another check means the original breaks one of the checker's rules itself."""
     reports = [_report(lab, lab.exercise, "yours") for _ in range(times)]
     failed = [r for r in reports if r.get("verdict") == "failed"]
     why = sorted({_first_failed(r).split(":", 1)[0] for r in failed})
@@ -144,7 +147,47 @@ def check_exercise(lab, times: int) -> Result:
     if len(failed) < times:
         return Result("exercise", False, measured, "the untouched exercise must fail every time: its bottleneck "
                       "must show in the evidence ([evidence] bounds) or its speed-up stay under the threshold")
+    other = next((r for r in failed if _first_failed(r).split(":", 1)[0] != "evidence"), None)
+    if other is not None:
+        return Result("exercise", False, measured,
+                      f"the exercise must fail on its evidence (the bottleneck in its trace), not on "
+                      f"{_first_failed(other)}: the original itself breaks that rule of the checker. See the "
+                      "guide's \"The lab file's contract\"")
     return Result("exercise", True, measured)
+
+
+# What the skeleton leaves for its author to write; a lab that still says it is not finished.
+TODO = re.compile(r"\bTODO\b")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def check_finished(root: Path, lab) -> Result:
+    """No TODO left in the lab's files, its labkit module, its page, or its lines in the nav and the index."""
+    places = [lab.folder / "lab.toml", lab.original, lab.solution, root / "docs" / lab.docs if lab.docs else None]
+    if lab.data:
+        module = lab.data.split(":", 1)[0]
+        places.append((root / "src" / Path(*module.split("."))).with_suffix(".py"))
+    left = []
+    for place in places:
+        if place is not None and place.is_file():
+            lines = [n for n, line in enumerate(place.read_text(encoding="utf-8").splitlines(), 1) if TODO.search(line)]
+            if lines:
+                left.append(f"{paths_display(root, place)} (line{'s' if len(lines) > 1 else ''} "
+                            f"{', '.join(map(str, lines[:8]))}{', …' if len(lines) > 8 else ''})")
+    for rel in ("mkdocs.yml", "docs/index.md"):
+        lines = (root / rel).read_text(encoding="utf-8").splitlines()
+        if any(lab.docs and lab.docs in line and TODO.search(line) for line in lines):
+            left.append(f"{rel} (the lab's line)")
+    if left:
+        return Result("finished", False, f"TODO left in {', '.join(left)}", "write what each TODO asks")
+    return Result("finished", True, "no TODO left in the lab's files, its page, its nav and index lines")
+
+
+def paths_display(root: Path, path: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
 
 
 def check_alternatives(lab, readme: Path = expectations.README) -> Result:
@@ -209,8 +252,9 @@ def check_page(root: Path, lab) -> Result:
         built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", site], cwd=root,
                                capture_output=True, text=True)
     if built.returncode != 0:
-        said = " ".join((built.stderr or built.stdout).split())[-600:]
-        return Result("page", False, "mkdocs build --strict failed", said)
+        lines = [ANSI.sub("", line).strip() for line in (built.stderr + built.stdout).splitlines()]
+        errors = [line for line in lines if re.search(r"\b(ERROR|Error|error|WARNING)\b", line)] or lines[-3:]
+        return Result("page", False, "mkdocs build --strict failed", " ".join(errors)[-600:])
     text = page.read_text(encoding="utf-8")
     quotes = re.search(rf"\{{\{{\s*lab{lab.number}\.(?!toml\.|hints\b|steps\b|schedule\b|active_steps\b)", text) or \
         re.search(rf"--8<--\s*\"lab{lab.number}/", text)
@@ -245,7 +289,8 @@ def validate(root: Path, number: int, times: int = 2, quick: bool = False) -> It
     if lab.gating is not None:
         yield Result("reference", None, "a gate lab: its settings are graded by the gate, as tests/test_lab7_check.py does")
     elif not (original.ok and data.ok):
-        yield Result("reference", None, "not run: fix the checks above first")
+        for name in ("reference", "exercise", "alternatives", "cheats"):
+            yield Result(name, None, "not run: fix the checks above first")
     else:
         with forkserver.session():
             yield check_reference(lab, 1 if quick else times)
@@ -258,3 +303,4 @@ def validate(root: Path, number: int, times: int = 2, quick: bool = False) -> It
                 yield check_cheats(lab, root / "tests" / "cheats")
     yield Result("page", None, "not run (--quick)") if quick else check_page(root, lab)
     yield check_tests(root, lab)
+    yield Result("finished", None, "not run (--quick)") if quick else check_finished(root, lab)

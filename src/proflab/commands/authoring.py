@@ -36,7 +36,7 @@ def cmd_new_lab(args) -> int:
         for rel in written.edited:
             out.print(f"  [yellow]added to[/] {escape(rel)}")
     out.print("\n[bold]Next[/]")
-    steps = [step for written in done for step in written.next_steps]
+    steps = new_lab.next_steps(done)
     for i, step in enumerate(steps, 1):
         out.print(f"  {i}. {escape(step)}")
     return 0

@@ -220,6 +220,8 @@ class Rounds:
         if outcome.status == "kit":
             raise NotGraded(outcome.result.get("message", "the kit failed"))
         changed_during(outcome, which == "learner", staged.original, lab, self._data, self._data_print)
+        if which == "original" and first and outcome.ok:
+            _holds_every_value(lab, outcome)
         if outcome.ok and self.device == "auto":  # both versions then run where the first one did
             self.device = outcome.result["device"]
         if outcome.ok and first and outcome.result.get("trace"):
@@ -276,3 +278,16 @@ def as_original(run: execute.Outcome, report: Report, loaded: dict[str, evidence
     if "rank_results" in run.result:
         values["rank_results"] = [list(v) for v in run.result["rank_results"]]
     return replace(run, version="original", result={**run.result, **values})
+
+
+def _holds_every_value(lab, original) -> None:
+    """The lab's ``[results.KEY]`` tables name what its original yields: a value declared and never yielded
+    would compare nothing, and every version would match it. The kit's mistake, not the learner's."""
+    steps = (original.result.get("rank_results") or [[]])[0] if lab.distributed is not None else \
+        original.result.get("results", [])
+    yielded = {key for values in steps if isinstance(values, dict) for key in values}  # some only now and then
+    missing = [rule.key for rule in lab.results if rule.key not in yielded]
+    if missing and yielded:
+        raise NotGraded(f"lab {lab.number}'s lab.toml compares [results.{missing[0]}], but its original yields no "
+                        f"'{missing[0]}' (it yields {', '.join(repr(k) for k in sorted(yielded))}): name in "
+                        "[results.KEY] the values the original yields")
