@@ -35,7 +35,7 @@ class Marks:
 
     stamps: list[tuple[str, float]] = field(default_factory=list)
     trace_sha256: str | None = None
-    # at "S", "E", the first "P" and the last "Q": CPU seconds per thread and process
+    # at "B", "S", "E", the first "P" and the last "Q": CPU seconds per thread and process
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)
     wall: dict[str, float] = field(default_factory=dict)  # the wall clock (time.time) at "B" and "E"
     busy: list[float] = field(default_factory=list)  # at each "C" and "c": CPU seconds the whole run had used
@@ -112,7 +112,7 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
             if code in ("B", "W", "S", "E") and code not in marks.total and "tree" in child:
                 # read at once, from the processes last scanned (a scan of every process takes longer)
                 marks.total[code] = run_cpu_s(child["tree"], child.get("members"))
-            if (code in ("S", "E") or (code == "P" and "P" not in marks.cpu) or last_q) and "tree" in child:
+            if (code in ("S", "E") or (code in "BP" and code not in marks.cpu) or last_q) and "tree" in child:
                 marks.cpu[code] = _cpu_by_task(child["tree"], marks)
             if code in ("C", "c"):
                 marks.busy.append(run_cpu_s(child["tree"]) if "tree" in child else 0.0)
@@ -277,14 +277,22 @@ BESIDE_FLOOR_TICKS_S = 0.03
 
 def _beside(marks: Marks, window_s: float) -> dict[str, tuple[str, float, float]]:
     """Per span (the timed steps; the profiled steps, whose operators the evidence counts): the busiest thread
-    (other than the one running the steps) or other process of the run, its CPU seconds, the span's length."""
+    (other than the one running the steps) or other process of the run, its CPU seconds, the span's length.
+    Only those the lab file's run could have started (not there before it was imported, ``B``), and over the
+    profiled steps, only those the run had when its timed steps began."""
     spans = [("S", "E", window_s, "timed steps")]
     if "P" in marks.cpu and "Q" in marks.cpu and marks.times("P") and marks.times("Q"):
         spans.append(("P", "Q", marks.times("Q")[-1] - marks.times("P")[0], "profiled steps"))
     found = {}
     for first, last, span_s, what_steps in spans:
         before, after = marks.cpu.get(first, {}), marks.cpu.get(last, {})
-        busy = {task: used - before.get(task, 0.0) for task, used in after.items() if task != "main"}
+        # Over the profiled steps, the threads and processes the run had when its timed steps began: those
+        # the kit's own profiler starts after them (its trace collection, in a process that never profiled
+        # before) are not the lab file's work.
+        known = marks.cpu.get("S", after) if first == "P" else after
+        kits = marks.cpu.get("B", {})  # there before the lab file was imported: the kit's, torch's own
+        busy = {task: used - before.get(task, 0.0) for task, used in after.items() if task != "main"
+                and task in known and task not in kits}
         top = max(busy, key=busy.get, default="")
         found[what_steps] = (top, busy.get(top, 0.0), span_s)
     return found
