@@ -36,9 +36,9 @@ def pipeline_labs() -> list[str]:
     """The labs graded by the four plain checks (``CHECK_NAMES``): one process runs a pipeline whose
     fix is faster. Not a lab whose learner profiles (lab 0), is graded on memory or overhead, runs as a
     torchrun job or gates another lab's fix: the generic attempts at gaming the checker apply to these."""
-    return [str(lab.number) for lab in kit_labs()
-            if lab.evidence is not None and lab.profiling is None and not lab.leaner and not lab.overhead
-            and lab.distributed is None and lab.gating is None]
+    from proflab.authoring.validate import plain  # the rule validate-lab applies its generic cheats by
+
+    return [str(lab.number) for lab in kit_labs() if plain(lab)]
 
 
 def spare_number() -> int:

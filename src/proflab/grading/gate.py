@@ -39,7 +39,8 @@ from ..running import execute, forkserver, revision, slots
 from .compare import Difference
 from .failures import runtime_failure
 from .gate_config import Settings
-from .measures import changed_during, counted_step_s, differs, figure_of, first_step_allowance, fingerprint
+from .measures import (changed_during, counted_step_s, differs, figure_of, first_step_allowance, fingerprint,
+                       stop_reason)
 from .staging import prepare_data, snapshot, workspace
 from .verdicts import FAILED, INCONCLUSIVE, PASSED, Check, NotGraded, Verdict
 
@@ -368,13 +369,8 @@ def _comparison(report: GateReport) -> stats.Comparison:
 
 
 def _stop_reason(lab: labs.Lab, report: GateReport, done: int, elapsed_s: float) -> str:
-    if _comparison(report).decide(lab.threshold(report.device)) != stats.UNCLEAR:
-        return "decided"
-    if done >= lab.workload.round_limit:
-        return "round limit"
-    if elapsed_s + elapsed_s / done > lab.workload.budget_s:
-        return "time budget"
-    return ""
+    decided = _comparison(report).decide(lab.threshold(report.device)) != stats.UNCLEAR
+    return stop_reason(lab, decided, done, elapsed_s)
 
 
 def _decide(report: GateReport, regression: Check, lab: labs.Lab) -> None:

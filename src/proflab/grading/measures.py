@@ -154,3 +154,15 @@ def record_peaks(report: Report, originals: list[execute.Outcome], learners: lis
     report.memory["source"] = "/proc/PID/status: VmRSS summed, VmHWM, VmData growth" + (
         f"; {first['device_source']}" if first.get("device_source") else "")
     report.memory["runs"] = {"original": [figures(o) for o in originals], "learner": [figures(m) for m in learners]}
+
+
+def stop_reason(lab: labs.Lab, decided: bool, done: int, elapsed_s: float) -> str:
+    """Why paired rounds stop after ``done`` of them: "decided", "round limit", "time budget"; "" to go on
+    (one more round must fit in the lab's budget, at the pace so far). The checker's rounds and the gate's."""
+    if decided:
+        return "decided"
+    if done >= lab.workload.round_limit:
+        return "round limit"
+    if elapsed_s + elapsed_s / done > lab.workload.budget_s:
+        return "time budget"
+    return ""

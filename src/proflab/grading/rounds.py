@@ -29,7 +29,7 @@ from ..measuring import evidence, stats
 from ..running import execute, forkserver, sandbox, slots
 from .compare import Difference
 from .measures import (changed_during, counted_step_s, differs, figure_of, fingerprint, first_step_allowance,
-                       record_peaks, round_seed)
+                       record_peaks, round_seed, stop_reason)
 from .publishing import name_the_file, publish_traces
 from .staging import Stage, original_reads, original_role, prepare_data, stage
 from .trial import BEFORE, FIRST_ROUND, LATER_ROUND, OVER, Asked, LastCheck, rows
@@ -245,14 +245,7 @@ class Rounds:
         check (a speed-up too close to the threshold to call), up to the lab's
         round limit and while it fits in its time budget.
         """
-        lab, done = self.lab, self.round_no
-        if self.settled(self):
-            return "decided"
-        if done >= lab.workload.round_limit:
-            return "round limit"
-        if elapsed_s + elapsed_s / done > lab.workload.budget_s:
-            return "time budget"
-        return ""
+        return stop_reason(self.lab, self.settled(self), self.round_no, elapsed_s)
 
 
 def _steps(lab: labs.Lab, which: str, first: bool) -> dict[str, Any] | None:
