@@ -31,6 +31,7 @@ from conftest import CHECK_NAMES, LEARNER_FILES, REPO, Batch, explain, pipeline_
 
 from proflab import labs
 from proflab.grading.audit import audit_file
+from proflab.grading.checks.faster import START_UP_SHARE_SHOWN
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
 
@@ -353,7 +354,7 @@ def test_a_loader_that_asks_for_the_whole_epoch_at_once_is_told_its_start_up_cou
     """32 workers with prefetch_factor=2 ask for all 64 batches of the epoch before the first step ends.
 
     A sound loader for a long epoch, and its trace is clean; but on 2 cores the first batch arrives
-    only after most of the epoch is decoded (measured: a first step of 2.8-3.2 s, against 0.69 s with
+    only after most of the epoch is decoded (measured: a first step of 1.9-3.2 s, against 0.69 s with
     the reference's 8 workers and 0.96 s left out for start-up), and the check takes 11 steps: its
     speed-up here lands near the 1.5x threshold (1.5-2.1x, often inconclusive). The report must say
     where the time went, whatever the verdict.
@@ -365,8 +366,13 @@ def test_a_loader_that_asks_for_the_whole_epoch_at_once_is_told_its_start_up_cou
     assert (found["runs"], found["same_results"], found["evidence"]) == ("passed",) * 3, explain(report)
     assert found["faster"] in ("passed", "inconclusive", "failed") and code in (0, 1, 4), explain(report)
     first = report["first_step"]
-    assert first["learner_s"] > first["allowance_s"] + 1.0, explain(report)
+    assert first["learner_s"] > first["allowance_s"], explain(report)  # by construction: the epoch comes first
     faster = next(c for c in report["checks"] if c["name"] == "faster")
     line = next((d for d in faster["details"] if d.startswith("start-up: your first step took")), None)
-    assert line is not None, explain(report)
-    assert f"{first['learner_s']:.2f} s" in line and f"{first['allowance_s']:.2f} s" in line, line
+    # The line is said exactly when the excess weighs (how much it weighs depends on the machine).
+    workload = lab_of(name).workload
+    counted = report["comparison"]["learner_s"] * max(workload.warmup_steps + workload.timed_steps - 1, 1)
+    weighs = (first["learner_s"] - first["allowance_s"]) / counted >= START_UP_SHARE_SHOWN
+    assert (line is not None) == weighs, explain(report)
+    if line is not None:
+        assert f"{first['learner_s']:.2f} s" in line and f"{first['allowance_s']:.2f} s" in line, line
