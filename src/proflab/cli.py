@@ -1,4 +1,4 @@
-"""The ``proflab`` command: list, run, check, hint, reset, tensorboard, data, grade, gate, quickstart;
+"""The ``proflab`` command: list, run, profile, check, hint, reset, tensorboard, data, grade, gate, quickstart;
 for authors of labs, new-lab and validate-lab.
 
 Exit codes: 0 success (a check passed), 1 a check failed or a run broke,
@@ -40,6 +40,7 @@ from .commands.common import (KIT_ERROR, USAGE_ERROR, UsageError, _audited, _lab
                               _say_unsandboxed, _status, _summaries, err, out)
 from .commands.grading import _param, cmd_gate, cmd_grade
 from .commands.running import cmd_run
+from .commands.profiling import DEFAULT_STEPS, cmd_profile
 from .commands.authoring import cmd_new_lab, cmd_validate_lab
 
 
@@ -413,6 +414,27 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--with-stack", action="store_true", help="record Python stacks (much bigger trace)")
     device(sp)
     sp.set_defaults(func=cmd_run)
+
+    sp = sub.add_parser("profile", help="profile any training script of your own, without editing it: a window "
+                                         "of its steps, the key_averages table, and where the time went")
+    sp.add_argument("--steps", default=DEFAULT_STEPS, metavar="FIRST:END",
+                    help="the steps to profile, counted from 0 (default: %(default)s, steps 5 to 7; the step "
+                         "before is the profiler's warm-up)")
+    sp.add_argument("--steps-by", default="auto", choices=("auto", "optimizer", "forward"),
+                    help="what ends a step: an optimizer's step(), a call of the model, or auto (the optimizer; "
+                         "the model's calls for a script that makes no optimizer step by the first profiled one)")
+    sp.add_argument("--memory", action="store_true", help="record memory allocations: what each step keeps")
+    sp.add_argument("--shapes", action="store_true", help="record the operators' input shapes")
+    sp.add_argument("--stack", action="store_true", help="record Python stacks: findings name lines of your "
+                                                          "code (a bigger trace, a slower profiled step)")
+    sp.add_argument("--out", help="folder for the trace (default: runs/SCRIPT_NAME)")
+    sp.add_argument("--json", metavar="PATH", help="also write the diagnosis as JSON (for CI, for a script)")
+    sp.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
+                    help="run under torchrun with N processes (each rank writes its own trace)")
+    sp.add_argument("--timeout", type=_seconds, default=None, help="stop the script after this many seconds")
+    sp.add_argument("script", help="the training script, as you would give it to python")
+    sp.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    sp.set_defaults(func=cmd_profile)
 
     sp = sub.add_parser("check", help="grade your fix against the original")
     sp.add_argument("lab", help="lab number or name")

@@ -32,7 +32,9 @@ LABELS = {"DataLoader wait": "DataLoader wait", "syncs": "host reads and syncs",
           "other": "Python between operators"}
 SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
               "aten::_local_scalar_dense")
-HOST_OP_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "python_function")
+# Python's own frames (a trace recorded with_stack) are not operators: the time inside them that no operator
+# covers is Python between operators, as it is in a trace without them.
+HOST_OP_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime")
 
 Interval = tuple[float, float]
 

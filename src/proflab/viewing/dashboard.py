@@ -13,6 +13,8 @@ elsewhere):
   finding where one part of the step is large: what is large and where; what to
   try, for a lab's own runs, only once the learner asked a hint of that lab or
   passed it (``findings``), for any other trace always;
+  a trace that is no lab's run (the learner's own script) gets the findings of
+  ``proflab profile`` (``measuring.diagnosis``);
 * ``/operators``: the operator table of key_averages (``operators.table``),
   per step or in total;
 * ``/diff``: two runs' tables side by side, per step (``operators.diff``), the
@@ -35,39 +37,12 @@ from typing import Any
 from tensorboard.plugins import base_plugin
 from werkzeug import Request, Response, wrappers
 
-from ..measuring import breakdown, evidence, operators
+from ..measuring import breakdown, diagnosis, evidence, operators
 from . import loading
 from .timeline import OfflineTab, open_route
 
 STATIC = Path(__file__).resolve().parent / "dashboard_static"
 
-# A part of the step this large gets a finding (shares of the host time per step): what is large and where
-# (the diagnosis, always shown), and what to try (the prescription, held back in a lab's own runs until the
-# learner asked for a hint or passed the lab: the lab is to find it from the profile).
-FINDINGS = {
-    "DataLoader wait": (0.3, "The DataLoader takes {share:.0%} of each step: the loop waits for its data "
-                             "(the enumerate(DataLoader)#…__next__ ranges).",
-                        "Load batches in the background: DataLoader(num_workers=…), and pin_memory=True on "
-                        "CUDA."),
-    "syncs": (0.2, "Host reads and syncs take {share:.0%} of each step: the host waits for the device or reads a "
-                   "value back (.item(), .cpu(), .tolist(), printing a tensor).",
-              "Keep values on the device, read them once in a while."),
-    "other": (0.3, "Python between operators takes {share:.0%} of each step (the ProfilerStep# self time): many "
-                   "small operations launched one by one from Python, or the host doing work of its own.",
-              "Vectorise (one operator over a whole tensor), or fuse."),
-}
-READS = ("{reads:g} host reads per step in the training step ({names}): each read of a tensor into Python "
-         "(.item(), .tolist(), .cpu(), float(t), if t:) stops the host until the value is ready, on CUDA until "
-         "the device has caught up.")
-READS_TRY = "Keep the values on the device and read them once per interval, not every step."
-COMM = ("The ranks talk {share:.0%} of each step ({calls}); the all-reduces start inside the step, after the "
-        "backward pass of a micro-batch that is not its last.")
-COMM_TRY = ("Let DDP skip the all-reduce on every micro-batch but the last (model.no_sync()), and send fewer, "
-            "larger buckets (bucket_cap_mb).")
-COMM_SHARE = 0.3  # communication this large a share of the step, between micro-batches, gets COMM
-DDP_FORWARD = "DistributedDataParallel.forward"
-DEVICE_IDLE = "The device is busy only {busy:.0%} of each step: it waits for the host."
-DEVICE_IDLE_TRY = "Look at the host parts above, and at what launches the kernels."
 HELD = ("What to try is held back for a lab's own runs until you ask for it: proflab hint {lab} (or pass the "
         "lab). Find it from the profile first: what is large, and where.")
 
@@ -118,7 +93,7 @@ class ProfilePlugin(OfflineTab):
         path, loaded = self._loaded(run)
         lab = lab_of(run)
         held = lab is not None and not earned(lab)
-        return {**overview(loaded.trace(path), reveal=not held), "window": loaded.window,
+        return {**overview(loaded.trace(path), reveal=not held, own=lab is None), "window": loaded.window,
                 "held": HELD.format(lab=lab.number) if held else None}
 
     def _about(self, run: str) -> dict[str, Any]:
@@ -161,20 +136,17 @@ def unreadable(e: Exception) -> str:
     return f"this trace cannot be read ({type(e).__name__}: {e}): profile the run again"
 
 
-def overview(trace: evidence.Trace, reveal: bool = True) -> dict[str, Any]:
+def overview(trace: evidence.Trace, reveal: bool = True, own: bool = False) -> dict[str, Any]:
     """Where a profiled step's time went, and a finding for each part that is large: what and where, and
-    what to try where ``reveal``."""
+    what to try where ``reveal``. A trace that is no lab's run (``own``: the learner's own script, profiled
+    by ``proflab profile`` or by their own code) gets the findings ``proflab profile`` prints for it."""
     b = breakdown.of(trace)
     reads = evidence.host_reads(trace)
-    findings = [(text.format(share=b.share(part)), cure) for part, (limit, text, cure) in FINDINGS.items()
-                if b.share(part) >= limit]
-    if reads.in_step_per_step >= 1:
-        findings.append((READS.format(reads=reads.in_step_per_step, names=evidence.counts_text(reads.in_step)), READS_TRY))
     comm = evidence.allreduce_calls(trace) if b.comm_ms else None
-    if comm is not None and b.step_ms and b.comm_ms / b.step_ms >= COMM_SHARE and _syncs_between_micro_batches(trace):
-        findings.append((COMM.format(share=b.comm_ms / b.step_ms, calls=comm.summary), COMM_TRY))
-    if trace.on_cuda and b.step_ms and b.device_busy_ms / b.step_ms < 0.5:
-        findings.append((DEVICE_IDLE.format(busy=b.device_busy_ms / b.step_ms), DEVICE_IDLE_TRY))
+    if own:
+        findings = [(f"{f.what} Seen in: {f.where}.", f.cure) for f in diagnosis.diagnose(trace).findings]
+    else:
+        findings = diagnosis.overview_findings(trace, b)
     return {
         "steps": b.steps, "step_ms": b.step_ms, "on_cuda": trace.on_cuda,
         "parts": [{"key": part, "label": breakdown.LABELS[part], "ms": b.host_ms[part], "share": b.share(part)}
@@ -233,18 +205,6 @@ def pair(runs: list[str], run: str) -> tuple[str, str]:
     before = swapped(REFERENCES) or next((r for r in runs if r != run and r.split("/")[0] == parts[0]
                                           and set(r.split("/")[1:]) & set(REFERENCES)), run)
     return before, run
-
-
-def _syncs_between_micro_batches(trace: evidence.Trace) -> bool:
-    """Whether a step all-reduces between two of its DDP forward passes: after a micro-batch's backward,
-    where gradient accumulation needs no all-reduce yet."""
-    forwards = sorted(e.ts for e in trace.events if e.name == DDP_FORWARD)
-    calls = [e.ts for e in trace.events if e.cat == "cpu_op" and e.name in evidence.ALLREDUCE_OPS]
-    for step in trace.steps:
-        inside = [t for t in forwards if step.ts <= t < step.end]
-        if any(a < t < b for a, b in zip(inside, inside[1:]) for t in calls):
-            return True
-    return False
 
 
 def memory(trace: evidence.Trace) -> dict[str, Any]:

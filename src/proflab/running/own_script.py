@@ -1,0 +1,210 @@
+"""Any training script, profiled without editing it: what ``proflab profile`` runs in the script's process.
+
+    python -m proflab.running.own_script --out DIR --steps 5:8 --summary DIR [--memory] [--shapes]
+        [--stack] [--steps-by auto|optimizer|forward] -- SCRIPT.py [ARGS...]
+
+The script runs as ``python SCRIPT.py ARGS`` would run it: as ``__main__``,
+with its own ``sys.argv``, its folder first on ``sys.path``, in the working
+folder it was started from. Around it:
+
+* **Steps, found without the script's help.** A step ends where the script's
+  optimizer steps: torch calls every optimizer's step hooks
+  (``register_optimizer_step_post_hook``), whatever the optimizer; with
+  several optimizers (a GAN's two), the first one to step sets the pace. A
+  script that makes no optimizer step by its ``start``-th call of its model (an
+  inference or evaluation script) is paced by the model's calls instead: each
+  top-level call of the first ``nn.Module`` it calls ends a step (global
+  forward hooks). ``--steps-by`` chooses one of the two outright.
+* **A window of steps** (``--steps A:B``: steps A to B-1, counted from 0) is
+  profiled by ``torch.profiler`` with a schedule (the step before A warms the
+  profiler up) and written by ``tensorboard_trace_handler`` under ``--out``; a
+  torchrun job's ranks write one file each (worker ``rank0``, ``rank1``…). A
+  script that ends inside the window leaves the steps it ran.
+* **What the parent reads** goes to ``--summary`` (a folder: JSON, ``rank0.json``, one file per rank):
+  each step's end by the clock, the window, what set the pace, the trace, and
+  ``key_averages()`` as a table. The profiler's cost is read from it: the
+  profiled steps' time against the steps around them.
+
+This module runs inside the script's own process: it imports torch and the
+standard library only, and nothing of the kit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+
+TABLE_ROWS = 15
+
+
+class Pace:
+    """What ends a step, and each step's end by the clock."""
+
+    def __init__(self, by: str, start: int, on_step) -> None:
+        self.by = by  # "auto", "optimizer" or "forward"; what was chosen is ``source``
+        self.start = start
+        self.on_step = on_step
+        self.source: str | None = None
+        self.what = ""  # the optimizer's or the module's class, for the report
+        self.ends: list[float] = []
+        self._owner: int | None = None
+        self._module: int | None = None
+        self._depth = 0
+        self._pending: list[float] = []  # the model's calls, before what sets the pace is known
+        self._handles: list = []
+
+    def install(self) -> None:
+        from torch.nn.modules import module
+        from torch.optim import optimizer
+
+        if self.by in ("auto", "optimizer"):
+            self._handles.append(optimizer.register_optimizer_step_post_hook(self._optimizer_stepped))
+        if self.by in ("auto", "forward"):
+            self._handles.append(module.register_module_forward_pre_hook(self._entering))
+            self._handles.append(module.register_module_forward_hook(self._left))
+
+    def remove(self) -> None:
+        """At the script's end: the hooks go; a script that ended before its model's calls were known to set
+        the pace (fewer calls than the window's first step, no optimizer step) was paced by them."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        if self.source is None and self._pending:
+            self.source = "forward"
+            self.ends.extend(self._pending)
+
+    def _end_step(self) -> None:
+        self.ends.append(time.perf_counter())
+        self.on_step()
+
+    def _optimizer_stepped(self, opt, args, kwargs) -> None:
+        if self.source == "forward":
+            return
+        if self.source is None:  # the first optimizer step: the optimizer sets the pace from now on
+            self.source, self.what, self._owner = "optimizer", type(opt).__name__, id(opt)
+            if self.by == "auto":  # the model's calls are no longer needed: their hooks cost a call each
+                for handle in self._handles[1:]:
+                    handle.remove()
+                del self._handles[1:]
+        if id(opt) == self._owner:
+            self._end_step()
+
+    def _entering(self, mod, args) -> None:
+        # the model: the first module called from outside any other that has weights of its own (a
+        # transform of the data set, torchvision's Normalize, is a module too, and has none)
+        if self._depth == 0 and self._module is None and next(mod.parameters(), None) is not None:
+            self._module = id(mod)
+            self.what = type(mod).__name__
+        self._depth += 1
+
+    def _left(self, mod, args, output) -> None:
+        self._depth = max(0, self._depth - 1)
+        if self._depth or id(mod) != self._module or self.source == "optimizer":
+            return
+        if self.source == "forward":
+            self._end_step()
+            return
+        self._pending.append(time.perf_counter())
+        if self.by == "forward" or len(self._pending) >= max(self.start, 1):
+            self.source = "forward"  # no optimizer step yet: the model's calls set the pace
+            if self.by == "auto":
+                self._handles[0].remove()
+                del self._handles[0]
+            for end in self._pending:  # the calls made before this was known were steps too
+                self.ends.append(end)
+                self.on_step()
+            self._pending.clear()
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="proflab.running.own_script")
+    p.add_argument("--out", required=True)
+    p.add_argument("--steps", required=True)
+    p.add_argument("--summary", required=True)
+    p.add_argument("--steps-by", default="auto", choices=("auto", "optimizer", "forward"))
+    p.add_argument("--memory", action="store_true")
+    p.add_argument("--shapes", action="store_true")
+    p.add_argument("--stack", action="store_true")
+    p.add_argument("script")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = _parse(sys.argv[1:] if argv is None else argv)
+    start, stop = (int(x) for x in opts.steps.split(":"))
+    rank = os.environ.get("RANK")
+    worker = f"rank{rank}" if rank is not None and os.environ.get("WORLD_SIZE", "1") != "1" else None
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    summary: dict = {"rank": int(rank) if rank is not None else None, "window": [start, stop],
+                     "trace": None, "table": "", "sort_by": None, "error": None}
+    write_trace = tensorboard_trace_handler(opts.out, worker_name=worker)
+    out = Path(opts.out)
+
+    def trace_ready(prof) -> None:
+        before = set(out.glob("*.pt.trace.json*")) if out.is_dir() else set()
+        write_trace(prof)
+        made = sorted(set(out.glob("*.pt.trace.json*")) - before, key=lambda p: p.stat().st_mtime)
+        summary["trace"] = str(made[-1]) if made else None
+        on_cuda = torch.cuda.is_available()
+        summary["sort_by"] = "self_cuda_time_total" if on_cuda else "self_cpu_time_total"
+        summary["table"] = prof.key_averages().table(sort_by=summary["sort_by"], row_limit=TABLE_ROWS)
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    warmup = 1 if start >= 1 else 0
+    prof = profile(activities=activities,
+                   schedule=schedule(wait=max(start - 1, 0), warmup=warmup, active=stop - start, repeat=1),
+                   on_trace_ready=trace_ready, record_shapes=opts.shapes, profile_memory=opts.memory,
+                   with_stack=opts.stack)
+    state = {"stopped": False}
+
+    def stepped() -> None:
+        if state["stopped"]:
+            return
+        prof.step()
+        if prof.step_num >= stop:  # the window is written: the rest of the script runs unprofiled
+            state["stopped"] = True
+            prof.stop()
+
+    pace = Pace(opts.steps_by, start, stepped)
+    script = Path(opts.script)
+    sys.argv = [opts.script, *opts.args]
+    sys.path.insert(0, str(script.resolve().parent))
+    code = 0
+    began = time.perf_counter()
+    pace.install()
+    prof.start()
+    try:
+        runpy.run_path(opts.script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException as e:  # the script's own error, shown as python shows it
+        traceback.print_exc()
+        summary["error"] = f"{type(e).__name__}: {e}"
+        code = 1
+    finally:
+        pace.remove()
+        if not state["stopped"]:
+            state["stopped"] = True
+            prof.stop()  # a window cut short by the script's end keeps the steps it ran
+        summary.update(began=began, ends=pace.ends, source=pace.source, what=pace.what,
+                       ended=time.perf_counter(), exit_code=code)
+        Path(opts.summary, f"rank{rank or 0}.json").write_text(json.dumps(summary))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
