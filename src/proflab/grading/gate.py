@@ -98,6 +98,9 @@ class Gate:
     workdir: Path  # where the candidate runs (the baseline too, or its image at the revision)
     baseline_workdir: Path
     tree: revision.Tree | None = None
+    # What both versions' sandboxes read besides their files and working folders: the project's data
+    # folder (cfg.data_dir), which a baseline taken at a revision runs outside of, in the tree's image
+    reads: tuple[Path, ...] = ()
 
 
 def lab_for(s: Settings, baseline: Path) -> labs.Lab:
@@ -158,8 +161,9 @@ def run(s: Settings, on_progress: Progress = lambda message: None) -> GateReport
                     preload = execute.preload_for(gate.baseline, gate.candidate)
                     # each in a sandbox of its own
                     execute.warm(gate.lab, preload, str(gate.baseline), gate.baseline, gate.baseline_workdir,
-                                 gate.tree.import_paths(sys.path) if gate.tree else None)
-                    execute.warm(gate.lab, preload, str(gate.candidate), gate.candidate, gate.workdir)
+                                 gate.tree.import_paths(sys.path) if gate.tree else None, reads=gate.reads)
+                    execute.warm(gate.lab, preload, str(gate.candidate), gate.candidate, gate.workdir,
+                                 reads=gate.reads)
                     data = prepare_data(gate.lab)
                     _measure(gate, report, on_progress, work, data, preload)
             finally:
@@ -210,7 +214,9 @@ def _prepare(s: Settings, work: Path, report: GateReport) -> Gate:
             base_cwd = tree.root
     report.baseline = shown
     lab = lab_for(s, baseline)
-    return Gate(candidate, baseline, shown, lab, s, cwd, base_cwd if base_cwd.is_dir() else tree.root, tree)
+    data = Path(lab.workload.data_dir or s.data_dir).resolve()
+    return Gate(candidate, baseline, shown, lab, s, cwd, base_cwd if base_cwd.is_dir() else tree.root, tree,
+                (data,) if data.is_dir() else ())
 
 
 def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, data: Path | None,
@@ -251,7 +257,8 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
                                   (Path(s.baseline) if s.baseline else file),
                                   sys_path=gate.tree.import_paths(sys.path) if gate.tree and which == "baseline"
                                   else None,
-                                  steps=None if first else {"profile_steps": 0}, role=str(file))
+                                  steps=None if first else {"profile_steps": 0}, role=str(file),
+                                  reads=gate.reads)
         except errors.KitError as e:
             raise NotGraded(str(e)) from None
         if outcome.status == "kit":
