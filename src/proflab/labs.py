@@ -280,7 +280,9 @@ class Lab:
     original_sha256: str
     workload: Workload
     results: tuple[ResultRule, ...]
-    evidence: Evidence | None  # None in a lab whose learner profiles ([profile]): their trace is graded
+    # The first of the lab's evidences (``[evidence]``, or the first ``[[evidence]]``); None in a lab whose
+    # learner profiles ([profile]): their trace is graded
+    evidence: Evidence | None
     thresholds: dict[str, float]
     hints: tuple[str, ...]
     docs: str = ""
@@ -304,6 +306,16 @@ class Lab:
     # which other jobs on the machine barely move); and why, in a sentence for the report and the page.
     timing: dict[str, str] = field(default_factory=dict)
     timing_why: str = ""
+    # Every figure the fix must bring down, in order (``[[evidence]]``, a lab with several bottlenecks at
+    # once: each is measured in both traces and must meet its own bound); a lab with one ``[evidence]``
+    # table has it alone here. The first is ``evidence``, and holds the lab's work floor (work_ops).
+    evidences: tuple[Evidence, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.evidences and self.evidence is not None:
+            object.__setattr__(self, "evidences", (self.evidence,))
+        elif self.evidences and self.evidence is None:
+            object.__setattr__(self, "evidence", self.evidences[0])
 
     @property
     def slug(self) -> str:
@@ -408,6 +420,9 @@ _SHA = _Kind("the original's SHA-256, 64 hex digits",
 _FILE = _Kind("a file name in the lab's folder", _is_file_name)
 _FOLDER = _Kind("a folder name under data/", _is_file_name)
 
+_EVIDENCES = _Kind("a table ([evidence]), or an array of tables ([[evidence]], one per bottleneck)",
+                   lambda v: isinstance(v, dict) or (isinstance(v, list) and all(isinstance(x, dict) for x in v)))
+
 Spec = dict[str, tuple[_Kind, bool]]  # key: (what it must be, whether it is required)
 
 _TOP: Spec = {
@@ -421,7 +436,7 @@ _TOP: Spec = {
     "files": (_TABLE, True),
     "workload": (_TABLE, True),
     "results": (_TABLE, True),
-    "evidence": (_TABLE, False),
+    "evidence": (_EVIDENCES, False),
     "speedup": (_TABLE, False),
     "profile": (_TABLE, False),
     "answers": (_TABLE, False),
@@ -585,6 +600,51 @@ def _grading(table: dict, p: _Problems) -> Grading | None:
     return grading
 
 
+# What only the first of several evidences may say: the work every version does is the lab's, checked once.
+_FIRST_ONLY = ("work_ops", "min_work_vs_original", "work", "same_shapes")
+
+
+def _evidences(given: dict | list, p: _Problems) -> tuple[Evidence, ...]:
+    """The lab's evidences: one ``[evidence]`` table, or each table of ``[[evidence]]`` (problems named
+    ``[evidence[2]]``, counted from 1, as a reader counts the tables in the file)."""
+    if isinstance(given, dict):
+        one = _evidence(given, "evidence", p)
+        return (one,) if one is not None else ()
+    if not given:
+        p.add("evidence", "names no evidence: give each bottleneck an [[evidence]] table")
+    found, metrics = [], {}
+    for n, table in enumerate(given, 1):
+        where = f"evidence[{n}]"
+        for key in _FIRST_ONLY if n > 1 else ():
+            if key in table:
+                p.add(where, f"{key} belongs in the first [[evidence]] only: the work every version does is "
+                             f"the lab's, checked once")
+        metric = table.get("metric")
+        if isinstance(metric, str) and metric in metrics:
+            p.add(where, f"metric {metric!r} is graded already by evidence[{metrics[metric]}]: give both "
+                         f"bounds in one table")
+        if isinstance(metric, str):
+            metrics.setdefault(metric, n)
+        one = _evidence({k: v for k, v in table.items() if n == 1 or k not in _FIRST_ONLY}, where, p)
+        if one is not None:
+            found.append(one)
+    return tuple(found) if len(found) == len(given) else ()
+
+
+def _evidence(table: dict, where: str, p: _Problems) -> Evidence | None:
+    """One evidence table, every key checked; None (with its problems in ``p``) when it is not valid."""
+    before = len(p.lines)
+    good = p.table(table, where, _evidence_spec())
+    if not any(bound in table for bound in _BOUNDS):
+        p.add(where, "has no bound: give it max, min or max_vs_original")
+    if "max" in good and "min" in good and good["min"] > good["max"]:
+        p.add(where, f"min ({good['min']!r}) is above max ({good['max']!r}): no value can meet both")
+    if len(p.lines) > before:
+        return None
+    return Evidence(**{**good, "work_ops": tuple(good.get("work_ops", ())),
+                       "not_a_fix": tuple(good.get("not_a_fix", {}).items())})
+
+
 def _files(table: dict, folder: Path, p: _Problems) -> dict[str, Path]:
     """The lab's files; the original, and a solution the manifest names, must be there."""
     good = p.table(table, "files", _FILES)
@@ -623,14 +683,7 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
             if len(good) == len(spec) and "what" in good:
                 rules.append(ResultRule(key=key, **good))
 
-    evidence = {}
-    if "evidence" in top:
-        evidence = p.table(top["evidence"], "evidence", _evidence_spec())
-        given = [bound for bound in _BOUNDS if bound in top["evidence"]]
-        if not given:
-            p.add("evidence", "has no bound: give it max, min or max_vs_original")
-        if "max" in evidence and "min" in evidence and evidence["min"] > evidence["max"]:
-            p.add("evidence", f"min ({evidence['min']!r}) is above max ({evidence['max']!r}): no value can meet both")
+    evidences = _evidences(top["evidence"], p) if "evidence" in top else ()
 
     speedup = p.table(top["speedup"], "speedup", _SPEEDUPS) if "speedup" in top else {}
     overhead = p.table(top["overhead"], "overhead", _OVERHEADS) if "overhead" in top else {}
@@ -683,8 +736,8 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
         original_sha256=top["files"]["original_sha256"].lower(),
         workload=Workload(**workload) if not gate_lab else GATE_WORKLOAD,
         results=tuple(rules),
-        evidence=Evidence(**{**evidence, "work_ops": tuple(evidence.get("work_ops", ())),
-                             "not_a_fix": tuple(evidence.get("not_a_fix", {}).items())}) if evidence else None,
+        evidence=evidences[0] if evidences else None,
+        evidences=evidences,
         thresholds={device: float(value) for device, value in speedup.items()},
         hints=tuple(top.get("hints", ())),
         docs=top.get("docs", ""),

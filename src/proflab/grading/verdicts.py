@@ -89,6 +89,10 @@ class Report(Verdict):
     comparison: dict[str, float] | None = None
     threshold: float | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    # Every figure of the lab's evidence, in the manifest's order (the first is ``evidence``), each with
+    # whether it met its bound ("met") and the bound in words ("expected"): a lab with several
+    # bottlenecks ([[evidence]]) has one per bottleneck
+    evidences: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, list[float]] = field(default_factory=lambda: {"original": [], "learner": []})
     step_times: dict[str, list[float]] = field(default_factory=lambda: {"original": [], "learner": []})
     latency: dict[str, dict[str, float]] = field(default_factory=dict)  # per-step median and p95, ms

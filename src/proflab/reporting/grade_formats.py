@@ -206,6 +206,7 @@ def submission_record(graded: Graded) -> dict[str, Any]:
         "first_step": r.first_step,
         "latency": r.latency,
         "evidence": r.evidence,
+        "evidences": r.evidences,  # every figure of a lab with several bottlenecks ([[evidence]])
         "breakdown": r.breakdown,
         "memory": r.memory,  # a lab graded on memory: every run's peak, read from outside it
         "traces": r.traces,

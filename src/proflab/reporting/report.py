@@ -57,6 +57,19 @@ def peak_share(report: Report) -> str:
     return f"peak {1 / cmp['speedup']:.0%} of the original's (at most {share:.0%})"
 
 
+def evidence_table(report: Report) -> str:
+    """A lab with several bottlenecks: each figure, the original's and the learner's, and whether it is gone."""
+    from ..labs import format_value
+
+    lines = ["Each bottleneck's figure, per profiled step:", "",
+             f"| bottleneck | original | {_cell(report.label)} | expected | |", "|---|---|---|---|---|"]
+    for ev in report.evidences:
+        o, m = (format_value(ev[k]["value"], ev.get("unit", "")) for k in ("original", "learner"))
+        lines.append(f"| {_cell(ev['label'])} | {o} | {m} | {_cell(ev.get('expected', ''))} | "
+                     f"{'gone' if ev.get('met') else '**still left**'} |")
+    return "\n".join(lines)
+
+
 def to_markdown(report: Report) -> str:
     """The report as Markdown, for TensorBoard's Text dashboard."""
     from ..measuring.breakdown import HOST_PARTS, LABELS
@@ -84,6 +97,8 @@ def to_markdown(report: Report) -> str:
                   f"{cmp['rounds']} paired rounds"]
         if busy_note(report):
             lines += ["", f"*{busy_note(report)}*"]
+    if len(report.evidences) > 1:
+        lines += ["", evidence_table(report)]
     if report.breakdown:
         names = [n for n in ("original", "learner") if n in report.breakdown]
         header = ["original" if n == "original" else report.label for n in names]

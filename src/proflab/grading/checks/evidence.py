@@ -7,7 +7,9 @@ the profiled steps must do the same work as the timed ones (a version that
 works only when profiled fails the second check) and the work the lab names
 (its FLOPs, on its shapes). Then the lab's evidence metric is measured in
 both traces (``measuring.evidence``) and held to the lab's rule: the
-original's bottleneck must be gone from the learner's. A file that calls
+original's bottleneck must be gone from the learner's. A lab with several
+bottlenecks at once (``[[evidence]]``) measures each in both traces and
+fails naming every one still left (``several``). A file that calls
 what only looks like a fix (the lab's ``[evidence.not_a_fix]``) is told why
 it is none (``not_a_fix``, which the memory check tells too).
 """
@@ -24,6 +26,7 @@ from ...running import execute
 from ..rounds import Rounds
 from ..trial import FIRST_ROUND
 from ..verdicts import FAILED, Check, NotGraded, Report, where_to_look
+from . import several
 
 NAME = "evidence"
 TITLE = "The bottleneck is gone"
@@ -86,33 +89,39 @@ def evidence_holds(lab: labs.Lab, report: Report, proof: Check, learner_run: exe
                          "; ".join(other[:4]) + (f" (and {len(other) - 4} more)" if len(other) > 4 else ""),
                          ev.same_shapes)
             return False
-    try:
-        original = measure(ev.metric, traces["original"], ranked.get("original"))
-    except evidence.TraceError as e:  # the kit's own profile of the original: this torch records no such figure
-        raise NotGraded(f"the original's trace has no {ev.label} to compare with ({e})") from None
-    except KeyError as e:
-        proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
-        return False
-    try:
-        learner = measure(ev.metric, traces["learner"], ranked.get("learner"))
-    except (KeyError, evidence.TraceError) as e:
-        proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable",
-                     "leave torch.profiler and the trace files as they are")
-        return False
-    report.evidence = {"metric": ev.metric, "label": ev.label, "unit": ev.unit,
-                       "original": asdict(original), "learner": asdict(learner)}
+    figures = []  # (evidence, the original's figure, the learner's), one per bottleneck
+    for each in lab.evidences:
+        try:
+            original = measure(each.metric, traces["original"], ranked.get("original"))
+        except evidence.TraceError as e:  # the kit's own profile of the original: this torch records no such figure
+            raise NotGraded(f"the original's trace has no {each.label} to compare with ({e})") from None
+        except KeyError as e:
+            proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable")
+            return False
+        try:
+            learner = measure(each.metric, traces["learner"], ranked.get("learner"))
+        except (KeyError, evidence.TraceError) as e:
+            proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable",
+                         "leave torch.profiler and the trace files as they are")
+            return False
+        figures.append((each, original, learner))
+    records = [{"metric": e.metric, "label": e.label, "unit": e.unit, "original": asdict(o), "learner": asdict(m)}
+               for e, o, m in figures]
+    report.evidence = records[0]
+    report.evidences = [{**r, "met": e.holds(m.value, o.value), "expected": e.expectation(o.value)}
+                        for r, (e, o, m) in zip(records, figures)]
     report.breakdown = {which: asdict(breakdown.of(trace)) for which, trace in traces.items()}
+    why = not_a_fix(lab, file) if file is not None else []
+    if len(figures) > 1:
+        return several.judged(lab, proof, figures, why)
+    _, original, learner = figures[0]
     expected = ev.expectation(original.value)
     actual = f"{format_value(learner.value, ev.unit)}: {learner.summary} (original: {original.summary})"
     if ev.holds(learner.value, original.value):
         proof.passed(f"{ev.label}: {format_value(original.value, ev.unit)} → {format_value(learner.value, ev.unit)}",
                      expected, actual, ev.where)
-        if ev.more_to_gain_above is not None and learner.value > ev.more_to_gain_above * original.value:
-            proof.details.append(f"more to gain: {ev.label} is still {format_value(learner.value, ev.unit)} "
-                                 f"({learner.summary}), over {ev.more_to_gain_above:.0%} of the original's "
-                                 f"{format_value(original.value, ev.unit)}; look at {ev.where}")
+        proof.details += several.more_to_gain(ev, original, learner)
         return True
-    why = not_a_fix(lab, file) if file is not None else []
     proof.failed(f"{ev.label} is still {format_value(learner.value, ev.unit)} "
                  f"(the original: {format_value(original.value, ev.unit)})",
                  expected, actual, why[0] if why else f"{ev.where}; {where_to_look(lab)}", details=why)
@@ -220,11 +229,12 @@ def not_a_fix(lab: labs.Lab, file: Path) -> list[str]:
     """Why the calls the learner added that look like a fix are none (the lab's ``[evidence.not_a_fix]``):
     a call the file makes and the original does not, named in full or by its last part (``collect`` after
     ``from gc import collect``)."""
-    if lab.evidence is None or not lab.evidence.not_a_fix:
+    told = [(key, why) for each in lab.evidences for key, why in each.not_a_fix]
+    if not told:
         return []
     mine, theirs = _calls(file), _calls(lab.original)
 
     def calls(names: set[str], key: str) -> bool:
         return any(n == key or n.endswith("." + key) or key.endswith("." + n) for n in names)
 
-    return [f"{key}: {why}" for key, why in lab.evidence.not_a_fix if calls(mine, key) and not calls(theirs, key)]
+    return [f"{key}: {why}" for key, why in told if calls(mine, key) and not calls(theirs, key)]
