@@ -23,9 +23,10 @@ Registered through the ``tensorboard_plugins`` entry point in pyproject.toml.
 from __future__ import annotations
 
 import gzip
-import zlib
 import importlib.util
 import json
+import re
+import zlib
 from pathlib import Path
 
 from tensorboard.plugins import base_plugin
@@ -46,8 +47,11 @@ def viewer_file() -> Path | None:
 
 def newest_traces(logdir: Path | None) -> dict[str, Path]:
     """Run name (its folder under the log folder) → its newest trace file. A run whose traces are of
-    several workers (a distributed job's ranks: ``rank0.….pt.trace.json``, ``rank1.…``) is listed
-    once per worker, as ``RUN/WORKER``."""
+    several workers of a distributed job is listed once per rank, as ``RUN/rankN``: the kit's own
+    (``rank0.….pt.trace.json``, ``rank1.…``), and any job's whose traces say which rank wrote them
+    (``distributedInfo``: a DDP job profiled with ``tensorboard_trace_handler``'s default worker names,
+    ``<host>_<pid>``), each rank's newest trace. Several workers that are no job's ranks (one script run
+    twice into the same folder) are one run: its newest trace."""
     if logdir is None or not logdir.is_dir():
         return {}
     newest: dict[tuple[str, str], tuple[float, Path]] = {}
@@ -58,7 +62,7 @@ def newest_traces(logdir: Path | None) -> dict[str, Path]:
             mtime = trace.stat().st_mtime
         except OSError:
             continue
-        key = (trace.parent.relative_to(logdir).as_posix(), trace.name.split(".", 1)[0])
+        key = (trace.parent.relative_to(logdir).as_posix(), worker_of(trace.name))
         if key not in newest or mtime > newest[key][0]:
             newest[key] = (mtime, trace)
     workers: dict[str, set[str]] = {}
@@ -68,9 +72,62 @@ def newest_traces(logdir: Path | None) -> dict[str, Path]:
     for (run, worker), (mtime, trace) in newest.items():
         if len(workers[run]) > 1 and all(w.startswith("rank") for w in workers[run]):
             found[f"{run}/{worker}"] = (mtime, trace)
+        elif len(workers[run]) > 1 and (ranks := _ranks(run, newest, workers[run])):
+            rank = ranks.get(worker)
+            if rank is not None and (f"{run}/{rank}" not in found or mtime > found[f"{run}/{rank}"][0]):
+                found[f"{run}/{rank}"] = (mtime, trace)
         elif run not in found or mtime > found[run][0]:
             found[run] = (mtime, trace)
     return {run: trace for run, (_, trace) in sorted(found.items())}
+
+
+TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
+
+
+def worker_of(name: str) -> str:
+    """The worker that wrote a trace, from its file name: ``tensorboard_trace_handler`` names a file
+    ``<worker>.<time>.pt.trace.json[.gz]``, and the default worker, ``<host>_<pid>``, may hold dots
+    (``ip-10-0-0-5.ec2.internal_4242``)."""
+    stem = next((name[:-len(s)] for s in TRACE_SUFFIXES if name.endswith(s)), name)
+    worker, _, stamp = stem.rpartition(".")
+    return worker if worker and stamp.isdigit() else stem.split(".", 1)[0]
+
+
+def _ranks(run: str, newest: dict[tuple[str, str], tuple[float, Path]], workers: set[str]) -> dict[str, str]:
+    """Worker → ``rankN`` for a run whose workers' newest traces were written by two ranks or more of a
+    distributed job, as their ``distributedInfo`` says; {} otherwise."""
+    ranks = {}
+    for worker in workers:
+        rank = trace_rank(newest[(run, worker)][1])
+        if rank is not None:
+            ranks[worker] = f"rank{rank}"
+    return ranks if len(set(ranks.values())) > 1 else {}
+
+
+DISTRIBUTED_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
+HEAD_BYTES = 16384  # the profiler writes distributedInfo among the first lines, before the events
+_rank_cache: dict[tuple[str, float, int], int | None] = {}
+
+
+def trace_rank(path: Path) -> int | None:
+    """The rank of the distributed job that wrote the trace at ``path`` (its ``distributedInfo``), read from
+    the head of the file only; None for a trace of no job, or one that cannot be read."""
+    try:
+        st = path.stat()
+        key = (str(path), st.st_mtime, st.st_size)
+        if key in _rank_cache:
+            return _rank_cache[key]
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return None
+    found = DISTRIBUTED_RANK.search(head)
+    rank = int(found.group(1)) if found else None
+    if len(_rank_cache) > 256:
+        _rank_cache.clear()
+    _rank_cache[key] = rank
+    return rank
 
 
 def recommended_run(logdir: Path) -> str | None:
