@@ -3,6 +3,7 @@
     python docs/gen_figures.py            # every lab (a few minutes on a quiet 2-core machine)
     python docs/gen_figures.py --lab 6    # one lab (repeatable: --lab 5 --lab 6); the others are kept
     python docs/gen_figures.py --page instructor   # the instructor guide's outputs only (a few minutes)
+    python docs/gen_figures.py --page own-model    # "Profile your own model": proflab profile on a script
 
 For each lab it runs the kit's own commands, on the CPU, in a scratch copy of the kit (its own ``labs/``,
 ``runs/`` and progress, the data of this checkout), so that your runs and progress are left alone:
@@ -583,13 +584,69 @@ def page_instructor() -> int:
     return 0
 
 
+# --- "Profile your own model" (--page own-model): proflab profile on scripts the kit did not write -------------
+
+OWN_SCRIPTS = REPO / "tests" / "own_scripts"
+# (name, what `proflab profile` is given): the page walks through the first; the second shows a job's ranks.
+OWN_RUNS = [
+    ("profile-classify", ["--memory", str(OWN_SCRIPTS / "classify.py"), "--decode-in-loop"]),
+    ("profile-ddp", ["--nproc-per-node", "2", str(OWN_SCRIPTS / "ddp.py"), "--accumulate", "4"]),
+]
+
+
+def page_own_model() -> int:
+    """Write docs/figures/own-model/: what ``proflab profile`` printed for tests/own_scripts' scripts, run in a
+    scratch folder as a learner runs it, and figures read from its ``--json`` as ``own.<run>.*``."""
+    folder = OUT / "own-model"
+    folder.mkdir(parents=True, exist_ok=True)
+    values: dict[str, str] = {}
+    runs_meta: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="proflab-figures-") as tmp:
+        for name, args in OWN_RUNS:
+            print(f"own-model: proflab profile {' '.join(Path(a).name for a in args)} …", file=sys.stderr, flush=True)
+            report = Path(tmp) / f"{name}.json"
+            start = time.monotonic()
+            proc = subprocess.run([*PROFLAB, "profile", "--json", str(report), *args], cwd=tmp, capture_output=True,
+                                  text=True, timeout=1800,
+                                  env={**os.environ, "COLUMNS": WIDTH, "NO_COLOR": "1", "TERM": "dumb",
+                                       "PYTHONPATH": str(REPO / "src")})
+            took = time.monotonic() - start
+            text = "\n".join(line.rstrip() for line in (proc.stdout + proc.stderr).splitlines()).strip("\n") + "\n"
+            text = text.replace(tmp + "/", "").replace(str(OWN_SCRIPTS) + "/", "")
+            (folder / f"{name}.txt").write_text(text, encoding="utf-8")
+            runs_meta[f"own-model/{name}"] = {"exit": proc.returncode, "seconds": round(took, 1)}
+            found = json.loads(report.read_text(encoding="utf-8"))
+            key = name.removeprefix("profile-")
+            first = found["ranks"][0]
+            values[f"own.{key}.steps_run"] = str(found["steps_run"])
+            values[f"own.{key}.step_ms"] = f"{first['step_ms']:.1f} ms"
+            for label, ms, share in first["parts"]:
+                slug = re.sub(r"[^a-z]+", "_", label.lower()).strip("_")
+                values[f"own.{key}.part.{slug}.ms"] = f"{ms:.1f} ms"
+                values[f"own.{key}.part.{slug}.share"] = f"{share:.0%}"
+            for i, f in enumerate(first["findings"], 1):
+                values[f"own.{key}.finding{i}"] = f["title"]
+                if f["ms"]:
+                    values[f"own.{key}.finding{i}.ms"] = f"{f['ms']:.1f} ms"
+                    values[f"own.{key}.finding{i}.share"] = f"{f['share']:.0%}"
+            values[f"own.{key}.findings"] = str(len(first["findings"]))
+            if first["operators"]:
+                values[f"own.{key}.top_operator"] = first["operators"][0][0]
+    values["own.machine"] = describe(machine(), today())
+    write_figures(lambda k: k.startswith(("own.", "own-model/")), values, runs_meta)
+    print(f"wrote {folder.relative_to(REPO)}/ and the own.* figures", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lab", type=int, action="append", help="regenerate this lab only (repeatable)")
-    parser.add_argument("--page", choices=("instructor",), help="regenerate this page's outputs only")
+    parser.add_argument("--page", choices=("instructor", "own-model"), help="regenerate this page's outputs only")
     args = parser.parse_args(argv)
     if args.page == "instructor":
         return page_instructor()
+    if args.page == "own-model":
+        return page_own_model()
     sys.path.insert(0, str(REPO / "src"))
     from proflab import labs as kit_labs
 

@@ -42,7 +42,7 @@ hook = _hook()
 # Pages whose figures all come from docs/figures/ or a cited results file: every lab's page (its
 # manifest's `docs`, found in labs/) and the kit's own pages. A page not yet converted is named in PENDING,
 # so that the list is visible.
-CONVERTED = ["reading-a-profile.md", "index.md", "ci.md", "instructor.md", "setup.md",
+CONVERTED = ["reading-a-profile.md", "index.md", "ci.md", "instructor.md", "setup.md", "own-model.md",
              *(lab.docs for lab in kit_labs())]
 PENDING: list[str] = []
 
@@ -174,7 +174,7 @@ def test_the_figures_name_the_machine_they_came_from():
         page = _page(name)
         used = {m.group(1) for m in hook.PLACEHOLDER.finditer(page) if m.group(1) in measured}
         if used or SNIPPET.search(page):
-            assert re.search(r"\{\{\s*(?:lab\d+\.)?machine\s*\}\}", page), f"{name} quotes figures without their machine"
+            assert re.search(r"\{\{\s*(?:(?:lab\d+|own)\.)?machine\s*\}\}", page), f"{name} quotes figures without their machine"
 
 
 @pytest.mark.parametrize("name", CONVERTED)

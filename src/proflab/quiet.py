@@ -19,6 +19,8 @@ _KINETO = re.compile(
     r"^(?:STAGE|USDT):\d{4}-\d\d-\d\d .*\]"  # profiler stage markers
     r"|^(?:ERROR|WARNING):\d{4}-\d\d-\d\d .*(?:gpuGetDeviceCount failed|"
     r"DeviceProperties\.cpp|CUPTI|cuda_runtime|No CUDA|libcupti)"
+    # profile_memory's note on blocks allocated before profiling began (the kit reads those as it should)
+    r"|^\[W\d{4} [\d:.]+ (?:\d+ )?CPUAllocator\.cpp:\d+\] Memory block of unknown size was allocated before"
 )
 
 # Environment for every subprocess that runs torch: fewer kineto log lines.

@@ -153,7 +153,7 @@ def _paced_by(summary: dict) -> str:
 def _print_diagnosis(trace_path: Path, label: str) -> diagnosis.Diagnosis:
     trace = evidence.load(trace_path)
     d = diagnosis.diagnose(trace)
-    out.print(f"\n[bold]Where each step's time went[/] {label}: {d.steps} profiled steps, "
+    out.print(f"\n[bold]Where each step's time went[/]{label}: {d.steps} profiled steps, "
               f"{d.step_ms:.1f} ms a step on the host" + (f", the device busy {d.device_busy:.0%} of it"
                                                            if d.device_busy is not None else ""))
     for name, ms, share in d.parts:
@@ -188,7 +188,7 @@ def cmd_profile(args) -> int:
         raise UsageError(f"--out {args.out}: a file is in the way; give a folder")
     out_dir.mkdir(parents=True, exist_ok=True)
     ranks = f", {args.nproc_per_node} ranks under torchrun" if args.nproc_per_node > 1 else ""
-    err.print(f"[dim]proflab: running {escape(' '.join([script.name, *args.args]))}{ranks}; profiling steps "
+    out.print(f"[dim]proflab: running {escape(' '.join([script.name, *args.args]))}{ranks}; profiling steps "
               f"{start} to {stop - 1} into {escape(str(out_dir))}/[/]")
     with tempfile.TemporaryDirectory(prefix="proflab-profile-") as tmp:
         work = Path(tmp)
@@ -210,7 +210,7 @@ def cmd_profile(args) -> int:
     found = []
     for s in summaries:
         if s.get("trace"):
-            label = f"(rank {s['rank']})" if len(summaries) > 1 else ""
+            label = f" (rank {s['rank']})" if len(summaries) > 1 else ""
             try:
                 d = _print_diagnosis(Path(s["trace"]), label)
             except evidence.TraceError as e:
