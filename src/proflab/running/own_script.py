@@ -155,9 +155,17 @@ def main(argv: list[str] | None = None) -> int:
         write_trace(prof)
         made = sorted(set(out.glob("*.pt.trace.json*")) - before, key=lambda p: p.stat().st_mtime)
         summary["trace"] = str(made[-1]) if made else None
-        on_cuda = torch.cuda.is_available()
-        summary["sort_by"] = "self_cuda_time_total" if on_cuda else "self_cpu_time_total"
-        summary["table"] = prof.key_averages().table(sort_by=summary["sort_by"], row_limit=TABLE_ROWS)
+        averages = prof.key_averages()
+        # on CUDA the device's time ranks the operators (torch names the column self_device_time_total, and
+        # self_cuda_time_total before 2.4)
+        for key in (("self_device_time_total", "self_cuda_time_total") if torch.cuda.is_available() else ())\
+                + ("self_cpu_time_total",):
+            try:
+                summary["table"] = averages.table(sort_by=key, row_limit=TABLE_ROWS)
+            except (AttributeError, KeyError, ValueError):
+                continue
+            summary["sort_by"] = key
+            break
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     warmup = 1 if start >= 1 else 0
