@@ -4,7 +4,8 @@ A name is one of
 - a measured figure, from ``docs/figures/figures.json``, written by ``python docs/gen_figures.py`` from real
   runs of the labs (``{{ lab6.run-exercise.op.c10d::allreduce_.calls }}``, ``{{ lab6.machine }}``);
 - a constant of a lab's manifest, read from ``labs/NN_*/lab.toml`` as the site is built
-  (``{{ lab6.toml.speedup.cpu }}``; a float also as a percentage, ``{{ lab0.toml.overhead.cpu_pct }}``);
+  (``{{ lab6.toml.speedup.cpu }}``; a float also as a percentage, ``{{ lab0.toml.overhead.cpu_pct }}``; the
+  tables of an array counted from 1, ``{{ lab9.toml.evidence.2.max_vs_original }}``);
 - a fact of the kit's code, derived here (``{{ lab1.schedule }}``, ``{{ lab1.active_steps }}``).
 
 An unknown name fails the build (``mkdocs build --strict``, and ``mkdocs serve`` says why).
@@ -43,6 +44,9 @@ def _flat(prefix: str, table: dict, out: dict[str, str]) -> None:
             out[name] = value
         elif isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value):
             out[name] = ", ".join(str(v) for v in value)
+        elif isinstance(value, list) and all(isinstance(v, dict) for v in value):  # [[evidence]]: counted from 1
+            for n, each in enumerate(value, 1):
+                _flat(f"{name}.{n}", each, out)
 
 
 def code_facts() -> dict[str, str]:

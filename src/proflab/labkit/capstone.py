@@ -1,0 +1,132 @@
+"""Lab 9's world (capstone): a folder of small JPEG photos, their augmentation, and a convnet to train.
+
+The photos are 4,096 synthetic 32×32 JPEGs of 10 classes (a class-coloured blob on a noisy gradient,
+as lab 1's), generated deterministically under ``data/capstone`` the first time they are needed
+(``proflab data`` builds them: the manifest's ``data`` names ``ensure``), the same bytes on every
+machine: one file of every photo's bytes end to end, ``photos.bin``, and where each starts and which
+class it is, ``index.json``. Bump ``_FORMAT`` whenever ``_write`` changes, and every kit builds them
+again.
+
+:class:`Photos` decodes and augments a sample in ``__getitem__``, as a torchvision data set does: the
+JPEG decoded, a random crop, a random horizontal flip, scaled to floats and normalised per channel. The
+augmentation of sample ``i`` is seeded from ``i`` alone, so every sample comes out the same whichever
+process loads it: the number of DataLoader workers changes the speed, never the data.
+
+:class:`ConvNet` is a small convnet whose activation the lab file chooses (``act``: any function of a
+tensor). Its weights are not stored: they are drawn each time from ``seed_for(_WEIGHTS_SEED)``, so that
+every version of the lab trains the same weights, and each round of a check new ones (no version can
+replay an earlier round's results).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from . import build_once, seed_for
+
+NUM_PHOTOS = 4096
+NUM_CLASSES = 10
+PHOTO_SIZE = 32
+CROP_SIZE = 24
+_FORMAT = "capstone-v3"  # bump when _write changes
+_AUGMENT_SEED = 2_000_003
+_WEIGHTS_SEED = 20000290
+_MEAN, _STD = 0.5, 0.25  # per channel, of the photos scaled to [0, 1]
+
+
+def _draw(index: int) -> torch.Tensor:
+    """One synthetic photo, (3, 64, 64) uint8: a class-coloured blob on a noisy gradient."""
+    g = torch.Generator().manual_seed(30_000 + index)
+    label = index % NUM_CLASSES
+    ys, xs = torch.meshgrid(torch.arange(PHOTO_SIZE), torch.arange(PHOTO_SIZE), indexing="ij")
+    base = torch.rand(3, 1, 1, generator=g) * 0.5
+    img = base + 0.3 * (xs / PHOTO_SIZE) + 0.15 * torch.rand(3, PHOTO_SIZE, PHOTO_SIZE, generator=g)
+    cy, cx = (torch.randint(10, PHOTO_SIZE - 10, (2,), generator=g)).tolist()
+    radius = 3 + label // 2
+    blob = ((ys - cy) ** 2 + (xs - cx) ** 2) < radius**2
+    hue = torch.tensor([label % 3 == 0, label % 3 == 1, label % 3 == 2], dtype=torch.float32)
+    img = torch.where(blob, (0.35 + 0.06 * label) * hue.view(3, 1, 1), img)
+    return (img.clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+def _write(folder: Path) -> None:
+    from PIL import Image
+
+    blob, starts, labels = io.BytesIO(), [], []
+    for i in range(NUM_PHOTOS):
+        starts.append(blob.tell())
+        Image.fromarray(_draw(i).permute(1, 2, 0).contiguous().numpy()).save(blob, format="JPEG", quality=90)
+        labels.append(i % NUM_CLASSES)
+    starts.append(blob.tell())
+    (folder / "photos.bin").write_bytes(blob.getvalue())
+    (folder / "index.json").write_text(json.dumps({"starts": starts, "labels": labels}))
+
+
+def ensure(data_dir: str | os.PathLike) -> Path:
+    """Generate the photos once; return their folder."""
+    return build_once(data_dir, "capstone", _FORMAT, _write)
+
+
+def _augmentation(index: int) -> tuple[int, int, bool]:
+    """Sample ``index``'s random crop (its top and left) and whether it is flipped: drawn from ``index`` alone."""
+    h = ((index + _AUGMENT_SEED) * 2_654_435_761) % 2**32  # Knuth's multiplicative hash
+    span = PHOTO_SIZE - CROP_SIZE + 1
+    return h % span, (h // span) % span, (h // span**2) % 2 == 1
+
+
+class Photos(Dataset):
+    """The photos, each decoded from its JPEG bytes and augmented when it is asked for."""
+
+    num_classes = NUM_CLASSES
+
+    def __init__(self, data_dir: str | os.PathLike):
+        root = ensure(data_dir)
+        self.blob = (root / "photos.bin").read_bytes()
+        index = json.loads((root / "index.json").read_text())
+        self.starts, self.labels = index["starts"], index["labels"]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int):
+        from PIL import Image
+
+        raw = self.blob[self.starts[index]:self.starts[index + 1]]
+        img = Image.open(io.BytesIO(raw)).convert("RGB")
+        top, left, flip = _augmentation(index)  # this sample's, in any process
+        img = img.crop((left, top, left + CROP_SIZE, top + CROP_SIZE))
+        if flip:
+            img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        x = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(CROP_SIZE, CROP_SIZE, 3)
+        return x.permute(2, 0, 1).float().div_(255.0 * _STD).sub_(_MEAN / _STD), self.labels[index]
+
+
+class ConvNet(nn.Module):
+    """Three convolutions (the last two of stride 2) and a linear head; ``act`` is the activation after each."""
+
+    def __init__(self, act: Callable[[torch.Tensor], torch.Tensor], num_classes: int = NUM_CLASSES):
+        super().__init__()
+        self.act = act
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 16, 3, padding=1, stride=2)
+        self.conv3 = nn.Conv2d(16, 32, 3, padding=1, stride=2)
+        self.head = nn.Linear(32, num_classes)
+        g = torch.Generator().manual_seed(seed_for(_WEIGHTS_SEED))
+        with torch.no_grad():
+            for p in self.parameters():
+                fan_in = p[0].numel() if p.dim() > 1 else p.numel()
+                p.copy_(torch.randn(p.shape, generator=g) * (1.0 / fan_in) ** 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.conv1(x))
+        x = self.act(self.conv2(x))
+        x = self.act(self.conv3(x))
+        return self.head(x.mean(dim=(2, 3)))
