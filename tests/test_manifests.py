@@ -339,3 +339,71 @@ def test_reading_a_manifest_imports_no_torch():
             "print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+# --- several bottlenecks at once: [[evidence]], an array of tables (lab 9) ---------------------------------
+
+SECOND = ('[[evidence]]\nmetric = "op_count"\nlabel = "operators per step"\nunit = "ops"\nmax_vs_original = 0.9\n'
+          'where = "Profile › Operators"\n\n[speedup]')
+
+
+def several(kit: Kit, second: str = SECOND) -> None:
+    """Lab 1's [evidence] as the first table of an array, and ``second`` after it."""
+    edit(kit, "[evidence]\n", "[[evidence]]\n")
+    edit(kit, "\n[speedup]", "\n" + second)
+
+
+def test_an_array_of_evidence_tables_loads_each_in_order(tmp_path, root_is):
+    kit = make_kit(tmp_path)
+    several(kit)
+    root_is(kit)
+    lab = labs.load(kit.lab1)
+    assert [e.metric for e in lab.evidences] == ["dataloader_wait", "op_count"]
+    assert lab.evidence is lab.evidences[0] and lab.evidence.work_ops  # the work floor is the first's
+    assert lab.evidences[1].max_vs_original == 0.9 and not lab.evidences[1].work_ops
+
+
+def test_a_single_evidence_table_is_the_only_one():
+    lab = labs.load(REPO / "labs" / "01_dataloader")
+    assert lab.evidences == (lab.evidence,)
+
+
+@pytest.mark.parametrize("second, said", [
+    (SECOND.replace('"op_count"', '"op_counts"'), "[evidence[2]] metric must be one of the checker's evidence metrics"),
+    (SECOND.replace("max_vs_original = 0.9\n", ""), "[evidence[2]] has no bound: give it max, min or max_vs_original"),
+    (SECOND.replace("max_vs_original = 0.9\n", "max = 1\nmin = 2\n"), "[evidence[2]] min (2) is above max (1)"),
+    (SECOND.replace('label = "operators per step"\n', ""), "[evidence[2]] label is missing"),
+    (SECOND.replace("max_vs_original = 0.9\n", 'max_vs_original = 0.9\nwork_ops = ["aten::mm"]\n'),
+     "[evidence[2]] work_ops belongs in the first [[evidence]] only"),
+    (SECOND.replace('"op_count"', '"dataloader_wait"'),
+     "[evidence[2]] metric 'dataloader_wait' is graded already by evidence[1]"),
+    (SECOND.replace("unit =", "colour = 3\nunit ="), "[evidence[2]] has unknown key(s) colour"),
+], ids=["metric", "no-bound", "min-above-max", "label", "work_ops", "twice", "unknown-key"])
+def test_each_table_of_the_array_is_checked_and_named(tmp_path, root_is, second, said):
+    kit = make_kit(tmp_path)
+    several(kit, second)
+    root_is(kit)
+    with pytest.raises(labs.ManifestError) as e:
+        labs.load(kit.lab1)
+    assert f"{LAB1}: {said}" in str(e.value), str(e.value)
+    assert "[evidence[1]]" not in str(e.value)  # the first table is fine, and not named
+
+
+def test_an_empty_array_and_a_wrong_type_are_refused(tmp_path, root_is):
+    kit = make_kit(tmp_path)
+    text = (kit.lab1 / "lab.toml").read_text(encoding="utf-8")
+    start, end = text.index("[evidence]\n"), text.index("\n[speedup]")
+    text = text[:start] + text[end:]  # top-level keys come before the first table
+
+    def top_level(line: str) -> str:
+        return text.replace("[files]", f"{line}\n\n[files]", 1)
+
+    (kit.lab1 / "lab.toml").write_text(top_level("evidence = []"), encoding="utf-8")
+    root_is(kit)
+    with pytest.raises(labs.ManifestError) as e:
+        labs.load(kit.lab1)
+    assert f"{LAB1}: [evidence] names no evidence" in str(e.value)
+    (kit.lab1 / "lab.toml").write_text(top_level('evidence = "dataloader_wait"'), encoding="utf-8")
+    with pytest.raises(labs.ManifestError) as e:
+        labs.load(kit.lab1)
+    assert "evidence must be a table ([evidence]), or an array of tables ([[evidence]]" in str(e.value)
