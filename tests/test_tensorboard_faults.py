@@ -408,13 +408,14 @@ def test_what_to_open_on_a_folder_it_cannot_read(tmp_path, monkeypatch):
 @pytest.mark.parametrize("args, says", [
     (["--logdir", "labs/01_dataloader/lab.toml"], "is a file, not a folder"),
     (["--logdir", "labs/01_dataloader/lab.toml/runs"], "is a file, not a folder"),
+    (["--logdir", "no/such/folder"], "no such folder"),
     (["--port", "99999"], "port must be from 1 to 65535"),
     (["--port", "0"], "port must be from 1 to 65535"),
     (["--port", "-1"], "port must be from 1 to 65535"),
     (["--port", "http"], "port must be a whole number from 1 to 65535"),
     (["--host", "no-such-host.invalid"], "no such host"),
     (["--host", "192.0.2.1"], "is not an address of this machine"),
-], ids=["logdir-file", "logdir-under-a-file", "port-99999", "port-0", "port-minus-1", "port-text", "unknown-host",
+], ids=["logdir-file", "logdir-under-a-file", "logdir-missing", "port-99999", "port-0", "port-minus-1", "port-text", "unknown-host",
         "not-this-machine"])
 def test_bad_options_are_usage_errors_and_start_nothing(served, args, says):
     s = served(*args)

@@ -240,6 +240,9 @@ def cmd_tensorboard(args) -> int:
     logdir = Path(args.logdir) if args.logdir else paths.runs_dir()
     if logdir.exists() and not logdir.is_dir():
         raise UsageError(f"--logdir {paths.display(logdir)} is a file, not a folder: name the folder to serve")
+    if args.logdir and not logdir.exists() and not any(p.is_file() for p in logdir.parents):
+        raise UsageError(f"--logdir {paths.display(logdir)}: no such folder (name the folder your traces are in, "
+                         "or leave --logdir out to serve the kit's runs/)")
     with _status("Starting TensorBoard…"):
         try:
             proc = tensorboard.start(logdir, host=args.host, port=args.port)
@@ -296,6 +299,10 @@ def _what_to_open(logdir: Path) -> list[str]:
             return generic
         run = timeline.recommended_run(logdir)
         if run is None:
+            if logdir.resolve() != paths.runs_dir().resolve():  # a folder of the learner's own
+                return [f"[dim]No traces under {escape(paths.display(logdir))} yet: the tabs list the *.pt.trace.json "
+                        "files tensorboard_trace_handler writes, in any sub-folder (proflab profile writes them "
+                        "too).[/]"]
             return ["[dim]No runs yet: `proflab run 1` writes the first one.[/]"]
         from .viewing import dashboard
 
