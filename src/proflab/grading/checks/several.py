@@ -48,8 +48,7 @@ def judged(lab: labs.Lab, proof: Check, figures: list[Figure], why: list[str]) -
                        for ev, o, m in left)
     look = "look at " + "; ".join(f"{ev.label}: {ev.where}" for ev, _, _ in left)
     details = why + [f"gone: {_change(*f)}" for f in gone] + [
-        f"still left: {ev.label}, {format_value(m.value, ev.unit)} against the original's "
-        f"{format_value(o.value, ev.unit)} ({m.summary}); look at {ev.where}" for ev, o, m in left]
+        f"still left: {ev.label}: {m.summary}" for ev, _, m in left]  # where to look: the help, once
     proof.failed(f"{len(left)} of the {len(figures)} bottlenecks still left: {still}{done}", expected, actual,
                  why[0] if why else f"{look}; {where_to_look(lab)}", details=details)
     return False
