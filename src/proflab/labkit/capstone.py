@@ -36,37 +36,40 @@ NUM_PHOTOS = 4096
 NUM_CLASSES = 10
 PHOTO_SIZE = 32
 CROP_SIZE = 24
-_FORMAT = "capstone-v3"  # bump when _write changes
+_FORMAT = "capstone-v4"  # bump when _write changes
+_DATA_SEED = 30_000
 _AUGMENT_SEED = 2_000_003
 _WEIGHTS_SEED = 20000290
 _MEAN, _STD = 0.5, 0.25  # per channel, of the photos scaled to [0, 1]
 
 
-def _draw(index: int) -> torch.Tensor:
-    """One synthetic photo, (3, 64, 64) uint8: a class-coloured blob on a noisy gradient."""
-    g = torch.Generator().manual_seed(30_000 + index)
-    label = index % NUM_CLASSES
-    ys, xs = torch.meshgrid(torch.arange(PHOTO_SIZE), torch.arange(PHOTO_SIZE), indexing="ij")
-    base = torch.rand(3, 1, 1, generator=g) * 0.5
-    img = base + 0.3 * (xs / PHOTO_SIZE) + 0.15 * torch.rand(3, PHOTO_SIZE, PHOTO_SIZE, generator=g)
-    cy, cx = (torch.randint(10, PHOTO_SIZE - 10, (2,), generator=g)).tolist()
-    radius = 3 + label // 2
-    blob = ((ys - cy) ** 2 + (xs - cx) ** 2) < radius**2
-    hue = torch.tensor([label % 3 == 0, label % 3 == 1, label % 3 == 2], dtype=torch.float32)
-    img = torch.where(blob, (0.35 + 0.06 * label) * hue.view(3, 1, 1), img)
+def _draw_all() -> torch.Tensor:
+    """Every photo, (NUM_PHOTOS, 3, 32, 32) uint8: a class-coloured blob on a noisy gradient, drawn at once."""
+    g = torch.Generator().manual_seed(_DATA_SEED)
+    n, size = NUM_PHOTOS, PHOTO_SIZE
+    labels = torch.arange(n) % NUM_CLASSES
+    ys, xs = torch.meshgrid(torch.arange(size), torch.arange(size), indexing="ij")
+    base = torch.rand(n, 3, 1, 1, generator=g) * 0.5
+    img = base + 0.3 * (xs / size) + 0.15 * torch.rand(n, 3, size, size, generator=g)
+    cy, cx = torch.randint(10, size - 10, (2, n, 1, 1), generator=g)
+    radius = (3 + labels // 2).view(n, 1, 1)
+    blob = ((ys - cy) ** 2 + (xs - cx) ** 2) < radius**2  # (n, size, size)
+    hue = torch.stack([labels % 3 == 0, labels % 3 == 1, labels % 3 == 2], dim=1).float().view(n, 3, 1, 1)
+    colour = (0.35 + 0.06 * labels).view(n, 1, 1, 1) * hue
+    img = torch.where(blob[:, None], colour, img)
     return (img.clamp(0, 1) * 255).round().to(torch.uint8)
 
 
 def _write(folder: Path) -> None:
     from PIL import Image
 
-    blob, starts, labels = io.BytesIO(), [], []
-    for i in range(NUM_PHOTOS):
+    blob, starts = io.BytesIO(), []
+    for photo in _draw_all():
         starts.append(blob.tell())
-        Image.fromarray(_draw(i).permute(1, 2, 0).contiguous().numpy()).save(blob, format="JPEG", quality=90)
-        labels.append(i % NUM_CLASSES)
+        Image.fromarray(photo.permute(1, 2, 0).contiguous().numpy()).save(blob, format="JPEG", quality=90)
     starts.append(blob.tell())
     (folder / "photos.bin").write_bytes(blob.getvalue())
+    labels = [i % NUM_CLASSES for i in range(NUM_PHOTOS)]
     (folder / "index.json").write_text(json.dumps({"starts": starts, "labels": labels}))
 
 
