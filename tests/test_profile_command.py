@@ -133,6 +133,11 @@ def test_a_script_without_an_optimizer_is_paced_by_its_models_calls(tmp_path):
     assert found["paced_by"] == "forward" and found["paced_by_what"] == "Sequential" and found["steps_run"] == 9
     assert (tmp_path / "wrote-here.txt").read_text() == "here"
     assert "each ends at a call of the model, Sequential.forward()" in stdout
+    # a window the script ends inside keeps the steps it ran
+    code, stdout, stderr, found = profile(tmp_path, "--steps", "7:12", str(folder / "infer.py"), "--batches", "9")
+    assert code == 0, explain(code, stdout, stderr)
+    assert found["ranks"][0]["steps"] == 2 and "profiled: 7 to 11" in stdout
+    assert "(median of 2)" in found["overhead"] and "before the window" in found["overhead"], found["overhead"]
 
 
 def test_bad_input_gets_a_clear_message_and_the_right_exit_code(tmp_path):

@@ -108,9 +108,11 @@ def overhead(summary: dict) -> str:
     """What the profiler cost: the profiled steps' median time against steps run without it, those after the
     window where the script ran two or more (a script's first steps are slower: memory is allocated, caches
     filled), else those before it; the first step, the warm-up step and the step that wrote the trace left
-    out. '' without two of each."""
+    out. A step is timed from when the profiler's own ``step()`` returned (starting and stopping the
+    profiler, writing the trace, are not the steps' cost) to the script's next optimizer step."""
     ends, (start, stop) = summary.get("ends") or [], summary["window"]
-    times = {i: ends[i] - ends[i - 1] for i in range(1, len(ends))}
+    begins = summary.get("begins") or ends  # each step from when the profiler's own step() returned
+    times = {i: ends[i] - begins[i - 1] for i in range(1, min(len(ends), len(begins) + 1))}
     profiled = [times[i] for i in range(start, stop) if i in times]
     after = [t for i, t in times.items() if i > stop]
     plain = after if len(after) >= 2 else [t for i, t in times.items() if i < start - 1]

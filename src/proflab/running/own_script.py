@@ -19,9 +19,10 @@ folder it was started from. Around it:
   profiled by ``torch.profiler`` with a schedule (the step before A warms the
   profiler up) and written by ``tensorboard_trace_handler`` under ``--out``; a
   torchrun job's ranks write one file each (worker ``rank0``, ``rank1``…). A
-  script that ends inside the window leaves the steps it ran.
+  script that ends inside the window leaves the steps it ran, and only them.
 * **What the parent reads** goes to ``--summary`` (a folder: JSON, ``rank0.json``, one file per rank):
-  each step's end by the clock, the window, what set the pace, the trace, and
+  each step's beginning and end by the clock (the profiler's own moves between
+  steps left out), the window, what set the pace, the trace, and
   ``key_averages()`` as a table. The profiler's cost is read from it: the
   profiled steps' time against the steps around them.
 
@@ -53,6 +54,7 @@ class Pace:
         self.source: str | None = None
         self.what = ""  # the optimizer's or the module's class, for the report
         self.ends: list[float] = []
+        self.begins: list[float] = []  # after each end, once the profiler moved on: step i is begins[i-1]..ends[i]
         self._owner: int | None = None
         self._module: int | None = None
         self._depth = 0
@@ -78,10 +80,12 @@ class Pace:
         if self.source is None and self._pending:
             self.source = "forward"
             self.ends.extend(self._pending)
+            self.begins.extend(self._pending)
 
     def _end_step(self) -> None:
         self.ends.append(time.perf_counter())
         self.on_step()
+        self.begins.append(time.perf_counter())  # the next step begins once the profiler's own step is done
 
     def _optimizer_stepped(self, opt, args, kwargs) -> None:
         if self.source == "forward":
@@ -119,7 +123,28 @@ class Pace:
             for end in self._pending:  # the calls made before this was known were steps too
                 self.ends.append(end)
                 self.on_step()
+                self.begins.append(end)
             self._pending.clear()
+
+
+def _whole_steps_only(trace: Path, steps: int) -> None:
+    """A window the script's end cut short: its last ``ProfilerStep#`` range began after the script's last
+    step and ran to its end (what the script did after its loop). That range goes, so that the trace holds
+    the steps the script ran and only them; the operators inside it stay, outside any step."""
+    data = json.loads(trace.read_text())
+    events = data.get("traceEvents", [])
+    kept = [e for e in events if not (isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#")
+                                      and _number(e["name"]) >= steps)]
+    if len(kept) != len(events):
+        data["traceEvents"] = kept
+        trace.write_text(json.dumps(data))
+
+
+def _number(name: str) -> int:
+    try:
+        return int(name.split("#", 1)[1])
+    except (IndexError, ValueError):
+        return -1
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -208,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         if not state["stopped"]:
             state["stopped"] = True
             prof.stop()  # a window cut short by the script's end keeps the steps it ran
-        summary.update(began=began, ends=pace.ends, source=pace.source, what=pace.what,
+            if summary["trace"]:
+                _whole_steps_only(Path(summary["trace"]), len(pace.ends))
+        summary.update(began=began, ends=pace.ends, begins=pace.begins, source=pace.source, what=pace.what,
                        ended=time.perf_counter(), exit_code=code)
         Path(opts.summary, f"rank{rank or 0}.json").write_text(json.dumps(summary))
     return code
