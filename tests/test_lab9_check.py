@@ -24,7 +24,7 @@ SOUND = ["lab9_one_worker.py", "lab9_read_once.py"]
 # Each fixes one bottleneck, and leaves the other two.
 ONE_FIXED = {"lab9_only_loader.py": (TRAFFIC, READS), "lab9_only_gelu.py": (WAIT, READS),
              "lab9_only_metrics.py": (WAIT, TRAFFIC)}
-ATTEMPTS = ["lab9_fewer_samples.py", "lab9_numpy_reads.py"]
+ATTEMPTS = ["lab9_fewer_samples.py", "lab9_numpy_reads.py", "lab9_direct_read.py"]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_the_reference_fix_passes_every_evidence(reference_check):
     assert [e["label"] for e in report["evidences"]] == [WAIT, TRAFFIC, READS]
     assert all(e["met"] for e in report["evidences"])
     reads = report["evidences"][2]
-    assert reads["original"]["value"] == 4 * 128 and reads["learner"]["value"] == 0  # 4 per sample; none
+    assert reads["original"]["value"] == 4 * 32 and reads["learner"]["value"] == 0  # 4 per sample; none
     assert report["evidence"] == {k: v for k, v in report["evidences"][0].items() if k not in ("met", "expected")}
     assert all(label in failing_or_passing(report)["rationale"] for label in (WAIT, TRAFFIC, READS))
 
@@ -106,3 +106,12 @@ def test_reads_through_numpy_are_refused_before_anything_runs(batch):
     assert failing(report)["name"] == "runs"
     assert {r["rule"] for r in report["refused"]} == {"untraced_reads"}, report["refused"]
     assert any(".numpy()" in r["code"] for r in report["refused"])
+
+
+def test_photos_read_around_the_storage_fail_on_results(batch):
+    """Read from the data folder, the photos skip the storage's wait: the storage service's log shows it."""
+    code, report = grade(batch, "lab9_direct_read.py")
+    assert code == 1, explain(report)
+    assert statuses(report) == {"runs": "passed", "same_results": "failed", "evidence": "skipped",
+                                "faster": "skipped"}
+    assert "were read from the lab's storage" in failing(report)["rationale"], explain(report)

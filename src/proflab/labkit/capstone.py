@@ -1,16 +1,22 @@
-"""Lab 9's world (capstone): a folder of small JPEG photos, their augmentation, and a convnet to train.
+"""Lab 9's world (capstone): a folder of JPEG photos on slow storage, their augmentation, and a convnet to train.
 
-The photos are 4,096 synthetic 32×32 JPEGs of 10 classes (a class-coloured blob on a noisy gradient,
+The photos are 1,024 synthetic 64×64 JPEGs of 10 classes (a class-coloured blob on a noisy gradient,
 as lab 1's), generated deterministically under ``data/capstone`` the first time they are needed
 (``proflab data`` builds them: the manifest's ``data`` names ``ensure``), the same bytes on every
-machine: one file of every photo's bytes end to end, ``photos.bin``, and where each starts and which
-class it is, ``index.json``. Bump ``_FORMAT`` whenever ``_write`` changes, and every kit builds them
-again.
+machine: one file a photo, ``00000.jpg`` to ``01023.jpg``, and which class each is, ``index.json``.
+Bump ``_FORMAT`` whenever ``_write`` changes, and every kit builds them again.
 
-:class:`Photos` decodes and augments a sample in ``__getitem__``, as a torchvision data set does: the
-JPEG decoded, a random crop, a random horizontal flip, scaled to floats and normalised per channel. The
-augmentation of sample ``i`` is seeded from ``i`` alone, so every sample comes out the same whichever
-process loads it: the number of DataLoader workers changes the speed, never the data.
+Storage: as lab 1's, the photos live on modelled network storage. In every run the kit starts, each
+photo comes from the kit's storage service (:mod:`proflab.running.storage`, the lab's ``[storage]``
+table: the folder and each read's latency), outside the lab's process, which logs every read; outside
+the kit (``PROFLAB_STORAGE`` not set) a read waits ``STORAGE_LATENCY_MS`` here, then reads the file
+from the folder: the same wait, the same bytes.
+
+:class:`Photos` reads, decodes and augments a sample in ``__getitem__``, as a torchvision data set
+does: the JPEG read from storage and decoded, a random crop, a random horizontal flip, scaled to floats
+and normalised per channel. The augmentation of sample ``i`` is seeded from ``i`` alone, so every
+sample comes out the same whichever process loads it: the number of DataLoader workers changes the
+speed, never the data.
 
 :class:`ConvNet` is a small convnet whose activation the lab file chooses (``act``: any function of a
 tensor). Its weights are not stored: they are drawn each time from ``seed_for(_WEIGHTS_SEED)``, so that
@@ -23,6 +29,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -30,13 +37,14 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from . import build_once, seed_for
+from . import build_once, seed_for, storage_client
 
-NUM_PHOTOS = 4096
+STORAGE_LATENCY_MS = 0.5  # a read outside the kit, where no storage service runs (lab.toml's [storage])
+NUM_PHOTOS = 1024
 NUM_CLASSES = 10
-PHOTO_SIZE = 32
-CROP_SIZE = 24
-_FORMAT = "capstone-v4"  # bump when _write changes
+PHOTO_SIZE = 64
+CROP_SIZE = 48
+_FORMAT = "capstone-v5"  # bump when _write changes
 _DATA_SEED = 30_000
 _AUGMENT_SEED = 2_000_003
 _WEIGHTS_SEED = 20000290
@@ -51,8 +59,8 @@ def _draw_all() -> torch.Tensor:
     ys, xs = torch.meshgrid(torch.arange(size), torch.arange(size), indexing="ij")
     base = torch.rand(n, 3, 1, 1, generator=g) * 0.5
     img = base + 0.3 * (xs / size) + 0.15 * torch.rand(n, 3, size, size, generator=g)
-    cy, cx = torch.randint(10, size - 10, (2, n, 1, 1), generator=g)
-    radius = (3 + labels // 2).view(n, 1, 1)
+    cy, cx = torch.randint(20, size - 20, (2, n, 1, 1), generator=g)
+    radius = (6 + labels).view(n, 1, 1)
     blob = ((ys - cy) ** 2 + (xs - cx) ** 2) < radius**2  # (n, size, size)
     hue = torch.stack([labels % 3 == 0, labels % 3 == 1, labels % 3 == 2], dim=1).float().view(n, 3, 1, 1)
     colour = (0.35 + 0.06 * labels).view(n, 1, 1, 1) * hue
@@ -60,17 +68,18 @@ def _draw_all() -> torch.Tensor:
     return (img.clamp(0, 1) * 255).round().to(torch.uint8)
 
 
+def _name(index: int) -> str:
+    return f"{index:05d}.jpg"
+
+
 def _write(folder: Path) -> None:
     from PIL import Image
 
-    blob, starts = io.BytesIO(), []
-    for photo in _draw_all():
-        starts.append(blob.tell())
-        Image.fromarray(photo.permute(1, 2, 0).contiguous().numpy()).save(blob, format="JPEG", quality=90)
-    starts.append(blob.tell())
-    (folder / "photos.bin").write_bytes(blob.getvalue())
+    for i, photo in enumerate(_draw_all()):
+        Image.fromarray(photo.permute(1, 2, 0).contiguous().numpy()).save(folder / _name(i), format="JPEG",
+                                                                          quality=90)
     labels = [i % NUM_CLASSES for i in range(NUM_PHOTOS)]
-    (folder / "index.json").write_text(json.dumps({"starts": starts, "labels": labels}))
+    (folder / "index.json").write_text(json.dumps({"labels": labels}))
 
 
 def ensure(data_dir: str | os.PathLike) -> Path:
@@ -86,15 +95,13 @@ def _augmentation(index: int) -> tuple[int, int, bool]:
 
 
 class Photos(Dataset):
-    """The photos, each decoded from its JPEG bytes and augmented when it is asked for."""
+    """The photos, each read from storage, decoded and augmented when it is asked for."""
 
     num_classes = NUM_CLASSES
 
     def __init__(self, data_dir: str | os.PathLike):
-        root = ensure(data_dir)
-        self.blob = (root / "photos.bin").read_bytes()
-        index = json.loads((root / "index.json").read_text())
-        self.starts, self.labels = index["starts"], index["labels"]
+        self.root = ensure(data_dir)
+        self.labels = json.loads((self.root / "index.json").read_text())["labels"]
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -102,7 +109,7 @@ class Photos(Dataset):
     def __getitem__(self, index: int):
         from PIL import Image
 
-        raw = self.blob[self.starts[index]:self.starts[index + 1]]
+        raw = self._storage_read(_name(index))  # waiting on storage
         img = Image.open(io.BytesIO(raw)).convert("RGB")
         top, left, flip = _augmentation(index)  # this sample's, in any process
         img = img.crop((left, top, left + CROP_SIZE, top + CROP_SIZE))
@@ -110,6 +117,13 @@ class Photos(Dataset):
             img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         x = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(CROP_SIZE, CROP_SIZE, 3)
         return x.permute(2, 0, 1).float().div_(255.0 * _STD).sub_(_MEAN / _STD), self.labels[index]
+
+    def _storage_read(self, name: str) -> bytes:
+        """One photo's bytes, from the kit's storage service, or after the same wait from the folder."""
+        if storage_client.address():
+            return storage_client.read(name)
+        time.sleep(STORAGE_LATENCY_MS / 1000.0)
+        return (self.root / name).read_bytes()
 
 
 class ConvNet(nn.Module):
