@@ -1,19 +1,20 @@
 """Lab 9, reference solution: the three bottlenecks the profile ranks, each fixed.
 
-On the CPU the profile of the original ranks them so: the hand-written GELU,
-a chain of elementwise operators forward and backward on every activation
-(aten::mul, aten::add, aten::pow, aten::tanh and their backward under
-train_step), about as much as the DataLoader wait at the start of every step
-(enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__: each JPEG
-decoded and augmented in the main process, one after another), then the
-metrics, hundreds of aten::item a step, each a read of one number into
+On the CPU the profile of the original ranks them so: the DataLoader wait at
+the start of every step (enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__:
+each photo read from storage, a wait, then decoded and augmented, in the main
+process, one after another), then the hand-written GELU, a chain of
+elementwise operators forward and backward on every activation (aten::mul,
+aten::add, aten::pow, aten::tanh and their backward under train_step), then
+the metrics, a hundred aten::item a step, each a read of one number into
 Python. On CUDA the order changes: each of those reads waits for the device
 (cudaStreamSynchronize), and the fused activation saves only kernel launches.
 
 The fixes: F.gelu(approximate="tanh"), one operator forward and one backward;
-DataLoader workers that decode the next batches while the model trains on this
-one (persistent, so they start once); the metrics kept as tensors, counted for
-the whole batch at once with index_add_, and never read inside the loop.
+DataLoader workers that read and decode the next batches while the model
+trains on this one (persistent, so they start once; a worker waiting on
+storage holds no core); the metrics kept as tensors, counted for the whole
+batch at once with index_add_, and never read inside the loop.
 """
 
 import torch
@@ -29,7 +30,7 @@ def pipeline(cfg):
     dataset = Photos(cfg.data_dir)
     loader = DataLoader(dataset, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
                         generator=torch.Generator().manual_seed(cfg.seed),
-                        num_workers=2,  # decode the next batches while the model trains on this one
+                        num_workers=2,  # read and decode the next batches while the model trains on this one
                         persistent_workers=True,  # started once, not at every epoch
                         pin_memory=on_cuda)  # page-locked buffers: an asynchronous copy to the device
 
