@@ -38,8 +38,8 @@ def decide(trial: Rounds, check: Check) -> str | None:
                          diff.hint or where_to_look(lab))
         else:
             check.failed(differing.unread, "every sample read from the lab's storage", "samples that did not "
-                         "come from storage", "read every sample through the lab's dataset (the kit's, as the original does): "
-                         "make the reads overlap (DataLoader workers, threads), not disappear")
+                         "come from storage", "read every sample through the lab's dataset (the kit's, as the "
+                         "original does): make the reads overlap (DataLoader workers, threads), not disappear")
         return FAILED
     if trial.round_no == 1:
         check.passed(f"all {steps} steps match the original ({', '.join(r.key for r in lab.results)})",
