@@ -137,7 +137,8 @@ def test_a_script_without_an_optimizer_is_paced_by_its_models_calls(tmp_path):
     code, stdout, stderr, found = profile(tmp_path, "--steps", "7:12", str(folder / "infer.py"), "--batches", "9")
     assert code == 0, explain(code, stdout, stderr)
     assert found["ranks"][0]["steps"] == 2 and "profiled: 7 to 11" in stdout
-    assert "(median of 2)" in found["overhead"] and "before the window" in found["overhead"], found["overhead"]
+    assert "(median of 2, by the clock)" in found["overhead"] and "before the window" in found["overhead"], \
+        found["overhead"]
 
 
 def test_bad_input_gets_a_clear_message_and_the_right_exit_code(tmp_path):
@@ -159,3 +160,36 @@ def test_bad_input_gets_a_clear_message_and_the_right_exit_code(tmp_path):
     assert code == 1, explain(code, stdout, stderr)
     assert "RuntimeError" in stderr and "broken.py" in stderr
     assert "no trace was written: the script failed (exit 1) after 0 steps" in stderr
+
+
+SCHEDULED = """\
+import torch
+model = torch.nn.Linear(8, 2)
+optimizer = torch.optim.AdamW(model.parameters())
+for i in range(12):
+    loss = model(torch.randn(4, 8)).sum()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    if i == 2:  # a scheduler made after the first steps wraps optimizer.step too
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 3)
+    if i > 2:
+        scheduler.step()
+print("lr", optimizer.param_groups[0]["lr"])
+"""
+
+
+def test_each_optimizer_step_is_drawn_inside_its_own_step(tmp_path):
+    """torch runs the step hooks inside Optimizer.step#…: the step must end after it, not inside it (the
+    profiler's own work at the window's end was drawn as the optimizer's)."""
+    script = tmp_path / "scheduled.py"
+    script.write_text(SCHEDULED)
+    code, stdout, stderr, found = profile(tmp_path, "--shapes", str(script))
+    assert code == 0 and "lr 1.0000000000000002e-06" in stdout, explain(code, stdout, stderr)
+    assert "Input Shapes" in stdout  # --shapes: the table has a row per operator and shape
+    events = json.loads(Path(found["ranks"][0]["trace"]).read_text())["traceEvents"]
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    stepped = [e for e in events if str(e.get("name", "")).startswith("Optimizer.step#AdamW")]
+    assert len(steps) == 3 and len(stepped) == 3
+    for e in stepped:
+        assert any(s["ts"] <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] for s in steps), e

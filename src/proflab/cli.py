@@ -310,6 +310,8 @@ def _what_to_open(logdir: Path) -> list[str]:
         lines = [f"Open first: the [bold]Profile[/] tab (Overview, Operators, Diff, Memory), run [bold]{escape(run)}[/]"]
         if before != after:
             lines.append(f"  then its [bold]Diff[/] view: run [bold]{escape(before)}[/] → {escape(after)}")
+        if dashboard.lab_of(run) is None:  # a trace of the learner's own: the checker's Scalars, Text, Images are not
+            return lines + [tabs[0], tabs[2]]
         return lines + tabs
     except Exception:  # never worth the server: it is up, say something useful anyway
         return generic
@@ -430,10 +432,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--steps-by", default="auto", choices=("auto", "optimizer", "forward"),
                     help="what ends a step: an optimizer's step(), a call of the model, or auto (the optimizer; "
                          "the model's calls for a script that makes no optimizer step by the first profiled one)")
-    sp.add_argument("--memory", action="store_true", help="record memory allocations: what each step keeps")
-    sp.add_argument("--shapes", action="store_true", help="record the operators' input shapes")
-    sp.add_argument("--stack", action="store_true", help="record Python stacks: findings name lines of your "
-                                                          "code (a bigger trace, a slower profiled step)")
+    sp.add_argument("--memory", "--profile-memory", dest="memory", action="store_true",
+                    help="record memory allocations: what each step keeps")
+    sp.add_argument("--shapes", "--record-shapes", dest="shapes", action="store_true",
+                    help="record the operators' input shapes: the table gets a row per operator and shape")
+    sp.add_argument("--stack", "--with-stack", dest="stack", action="store_true",
+                    help="record Python stacks: findings name lines of your code (a bigger trace, a slower "
+                         "profiled step)")
     sp.add_argument("--out", help="folder for the trace (default: runs/SCRIPT_NAME)")
     sp.add_argument("--json", metavar="PATH", help="also write the diagnosis as JSON (for CI, for a script)")
     sp.add_argument("--nproc-per-node", type=int, default=1, metavar="N",

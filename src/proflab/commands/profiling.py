@@ -32,6 +32,7 @@ from ..measuring import diagnosis, evidence
 from .common import UsageError, err, out
 
 DEFAULT_STEPS = "5:8"
+SLOWING = 1.5  # steps after the window this much slower than those before it: said
 
 
 def _window(text: str) -> tuple[int, int]:
@@ -121,16 +122,35 @@ def overhead(summary: dict) -> str:
                 "or before the warm-up step); give the script more steps")
     p, q = statistics.median(profiled), statistics.median(plain)
     which = "after" if plain is after else "before"
-    said = (f"a profiled step took {p * 1000:.1f} ms (median of {len(profiled)}), a step without the profiler "
-            f"{q * 1000:.1f} ms (median of {len(plain)}, {which} the window)")
-    if p <= q:
-        return said + ": no cost the steps' own spread shows"
-    return said + f": the profiler adds {p / q - 1:.0%} to the steps it records"
+    said = (f"a profiled step took {p * 1000:.1f} ms (median of {len(profiled)}, by the clock), a step without "
+            f"the profiler {q * 1000:.1f} ms (median of {len(plain)}, {which} the window)")
+    said += ": no cost the steps' own spread shows" if p <= q else \
+        f": the profiler adds {p / q - 1:.0%} to the steps it records"
+    before = [t for i, t in times.items() if 1 <= i < start - 1]
+    if len(before) >= 2 and len(after) >= 2 and statistics.median(after) > SLOWING * statistics.median(before):
+        said += (f". The steps slowed down over the run, from {statistics.median(before) * 1000:.1f} ms before the "
+                 f"window to {statistics.median(after) * 1000:.1f} ms after it: something grows step after step "
+                 "(memory kept? profile with --memory)")
+    return said + _busy()
+
+
+def _busy() -> str:
+    """A note when the machine is busy: other work then moves every figure measured by the clock."""
+    try:
+        load, cores = os.getloadavg()[0], len(os.sched_getaffinity(0))
+    except (OSError, AttributeError):
+        return ""
+    if load <= cores:
+        return ""
+    return (f". The machine is busy (load {load:.1f} on {cores} cores): times by the clock vary with other work; "
+            "compare profiles made on the same machine, as quiet as you can make it")
 
 
 def _no_trace(summary: dict | None, code: int, timed_out: bool, args) -> str:
     if timed_out:
         return f"the script was stopped after --timeout {args.timeout:g} s, before its profiled steps ended"
+    if summary is not None and summary.get("trace_error"):
+        return f"the profiler could not write it ({summary['trace_error']})"
     if summary is None:
         return f"the script's process ended (exit {code}) before the kit's profiler could say anything"
     steps, source = len(summary.get("ends") or []), summary.get("source")
@@ -156,13 +176,13 @@ def _print_diagnosis(trace_path: Path, label: str) -> diagnosis.Diagnosis:
     trace = evidence.load(trace_path)
     d = diagnosis.diagnose(trace)
     out.print(f"\n[bold]Where each step's time went[/]{label}: {d.steps} profiled steps, "
-              f"{d.step_ms:.1f} ms a step on the host" + (f", the device busy {d.device_busy:.0%} of it"
+              f"{d.step_ms:.1f} ms a step on the host (their mean, in the trace)" + (f", the device busy {d.device_busy:.0%} of it"
                                                            if d.device_busy is not None else ""))
     for name, ms, share in d.parts:
         out.print(f"  {name:<26} {max(ms, 0.0):9.1f} ms  {max(share, 0.0):4.0%}")
     if d.operators:
         out.print("  largest operators (self time per step): " + "; ".join(
-            f"{escape(name)} {ms:.1f} ms ({share:.0%}, {calls:g} calls)" for name, ms, share, calls in d.operators))
+            f"{escape(name)} {ms:.1f} ms ({share:.0%}, {calls:.4g} calls)" for name, ms, share, calls in d.operators))
     out.print(f"  memory: {escape(d.memory)}")
     if not d.findings:
         out.print("\n[green]Nothing stands out beyond the model's own operators[/]: no DataLoader wait, host reads, "

@@ -98,6 +98,9 @@ READ_NAMES = {"aten::_local_scalar_dense": "item()", "aten::resolve_neg": "tolis
 OPTIMIZER_STEP = "Optimizer.step#"
 READS_PER_STEP = 8  # a read per sample, or per token: a loop reading tensors one value at a time
 MEMORY_MB_PER_STEP = 1.0
+# A finding that costs less than this share of the step here is said last, as minor (host reads on the
+# CPU: each would wait for the device on CUDA, so they are said at all).
+MINOR_SHARE = 0.05
 TOP_OPERATORS = 5
 
 
@@ -172,8 +175,14 @@ def _loader(trace: Trace, b: breakdown.Breakdown) -> Finding | None:
     cure = ("More worker processes (DataLoader(num_workers=…), up to the cores the machine gives), "
             "persistent_workers=True, a larger prefetch_factor; less work per sample (decode once, "
             "cache); pin_memory=True on CUDA.")
-    return Finding("loader", "DataLoader wait", what, f"Trace timeline: {seen} in each ProfilerStep#; "
-                   "Profile › Overview, DataLoader wait", cure, _ms("DataLoader wait", b), share)
+    where = f"Trace timeline: {seen} in each ProfilerStep#; Profile › Overview, DataLoader wait"
+    loading = [e for e in trace.events if e.name.startswith(DATALOADER_PREFIX)]
+    inside = trace.within_steps(lambda e: e.cat == "cpu_op" and any(
+        d.pid == e.pid and d.tid == e.tid and d.ts <= e.ts < d.end for d in loading))
+    lines = code_of(trace, inside)
+    if lines:
+        where += "; in your code: " + "; ".join(lines)
+    return Finding("loader", "DataLoader wait", what, where, cure, _ms("DataLoader wait", b), share)
 
 
 def _inside(e: Event, ranges: dict[tuple, list[Event]]) -> bool:
@@ -210,7 +219,8 @@ def _reads(trace: Trace, b: breakdown.Breakdown) -> Finding | None:
     span = sum(spans) / n if per_step >= READS_PER_STEP else 0.0
     cost = max(_ms("syncs", b), span)
     what = (f"{per_step:g} host reads per step ({said}), "
-            + (f"made over {span:.1f} ms of each {b.step_ms:.1f} ms step" if span > _ms("syncs", b) else
+            + (f"made over {span:.1f} ms of each {b.step_ms:.1f} ms step (the loop around them; the reads "
+               f"themselves {_ms('syncs', b):.1f} ms)" if span > _ms("syncs", b) else
                f"{_ms('syncs', b):.1f} ms of each step") +
             ": each read of a tensor into Python stops the host until the value is ready" +
             (", and the device's queue drains." if trace.on_cuda else
@@ -309,8 +319,12 @@ def diagnose(trace: Trace) -> Diagnosis:
                          _device_idle(trace, b)) if f is not None]
     found.sort(key=lambda f: -f.ms)
     memory_finding, memory_said = _memory(trace)
-    if memory_finding is not None:  # not time: after the findings that cost time
-        found.append(memory_finding)
+    if memory_finding is not None:  # not time: after the findings that cost time, before the minor ones
+        at = next((i for i, f in enumerate(found) if f.share < MINOR_SHARE), len(found))
+        found.insert(at, memory_finding)
+    for f in found:
+        if f.ms and f.share < MINOR_SHARE:
+            f.title += " (minor here)"
     return Diagnosis(steps=b.steps, step_ms=b.step_ms, on_cuda=trace.on_cuda, parts=parts,
                      operators=_operators(trace), findings=found, memory=memory_said,
                      device_busy=b.device_busy_ms / b.step_ms if trace.on_cuda and b.step_ms else None)

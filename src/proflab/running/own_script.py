@@ -33,12 +33,15 @@ standard library only, and nothing of the kit.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import runpy
+import socket
 import sys
 import time
 import traceback
+import types
 from pathlib import Path
 
 TABLE_ROWS = 15
@@ -60,6 +63,8 @@ class Pace:
         self._depth = 0
         self._pending: list[float] = []  # the model's calls, before what sets the pace is known
         self._handles: list = []
+        self._inside = 0  # calls of the wrapped optimizer.step() under way
+        self._deferred = False  # a step that ended inside one of them
 
     def install(self) -> None:
         from torch.nn.modules import module
@@ -96,8 +101,36 @@ class Pace:
                 for handle in self._handles[1:]:
                     handle.remove()
                 del self._handles[1:]
-        if id(opt) == self._owner:
+            self._wrap(opt)
+        if id(opt) != self._owner:
+            return
+        if self._inside:  # the step ends once optimizer.step() has returned: see _wrap
+            self._deferred = True
+        else:
             self._end_step()
+
+    def _wrap(self, opt) -> None:
+        """torch runs the step hooks inside the optimizer's own ``Optimizer.step#…`` range: a step ended
+        there (the profiler moving on, and at the window's end writing the trace) would be drawn inside the
+        optimizer's step, and that range across two steps. So the optimizer's ``step`` is wrapped, on this
+        instance: the hook marks the step ended, and the wrapper ends it once ``step()`` has returned. A
+        bound method, as an LR scheduler made later expects to find there; a call that reaches the class's
+        step some other way is ended by the hook itself."""
+        inner = opt.step
+        pace = self
+
+        @functools.wraps(inner)
+        def step(_opt, *args, **kwargs):
+            pace._inside += 1
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                pace._inside -= 1
+                if pace._deferred and not pace._inside:
+                    pace._deferred = False
+                    pace._end_step()
+
+        opt.step = types.MethodType(step, opt)
 
     def _entering(self, mod, args) -> None:
         # the model: the first module called from outside any other that has weights of its own (a
@@ -120,10 +153,10 @@ class Pace:
             if self.by == "auto":
                 self._handles[0].remove()
                 del self._handles[0]
-            for end in self._pending:  # the calls made before this was known were steps too
+            for k, end in enumerate(self._pending):  # the calls made before this was known were steps too
                 self.ends.append(end)
                 self.on_step()
-                self.begins.append(end)
+                self.begins.append(end if k < len(self._pending) - 1 else time.perf_counter())
             self._pending.clear()
 
 
@@ -175,22 +208,30 @@ def main(argv: list[str] | None = None) -> int:
     write_trace = tensorboard_trace_handler(opts.out, worker_name=worker)
     out = Path(opts.out)
 
+    # tensorboard_trace_handler names its files after the worker: ours, among the other ranks' (being written
+    # at the same moment, through a .tmp file of their own)
+    mine = f"{worker or f'{socket.gethostname()}_{os.getpid()}'}."
+
     def trace_ready(prof) -> None:
-        before = set(out.glob("*.pt.trace.json*")) if out.is_dir() else set()
-        write_trace(prof)
-        made = sorted(set(out.glob("*.pt.trace.json*")) - before, key=lambda p: p.stat().st_mtime)
-        summary["trace"] = str(made[-1]) if made else None
-        averages = prof.key_averages()
-        # on CUDA the device's time ranks the operators (torch names the column self_device_time_total, and
-        # self_cuda_time_total before 2.4)
-        for key in (("self_device_time_total", "self_cuda_time_total") if torch.cuda.is_available() else ())\
-                + ("self_cpu_time_total",):
-            try:
-                summary["table"] = averages.table(sort_by=key, row_limit=TABLE_ROWS)
-            except (AttributeError, KeyError, ValueError):
-                continue
-            summary["sort_by"] = key
-            break
+        """The window's trace written, and its table: never an error raised into the script's step (a
+        rank that stopped there would stop the whole job), only one said in the summary."""
+        try:
+            write_trace(prof)
+            made = [p for p in out.glob(mine + "*.pt.trace.json*") if not p.name.endswith(".tmp")]
+            summary["trace"] = str(max(made, key=lambda p: p.stat().st_mtime)) if made else None
+            averages = prof.key_averages(group_by_input_shape=opts.shapes)  # with shapes: a row per shape
+            # on CUDA the device's time ranks the operators (torch names the column self_device_time_total,
+            # and self_cuda_time_total before 2.4)
+            for key in (("self_device_time_total", "self_cuda_time_total") if torch.cuda.is_available()
+                        else ()) + ("self_cpu_time_total",):
+                try:
+                    summary["table"] = averages.table(sort_by=key, row_limit=TABLE_ROWS)
+                except (AttributeError, KeyError, ValueError):
+                    continue
+                summary["sort_by"] = key
+                break
+        except Exception as e:  # a full disk, a folder taken away
+            summary["trace_error"] = f"{type(e).__name__}: {e}"
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     warmup = 1 if start >= 1 else 0
