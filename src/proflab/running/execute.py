@@ -317,9 +317,9 @@ def _move_traces(outcome: Outcome, folder: Path) -> None:
 
 def exposed(file: Path, workdir: Path, sys_path: list[str] | None = None) -> tuple[Path, ...]:
     """What a sandboxed run of ``file`` reads besides the machine's own folders: the file's folder, its
-    working folder, a gate's baseline's project, and the kit with its data."""
+    working folder, a gate's baseline's project, the kit with its data, and this Python's own folders."""
     return (Path(file).resolve().parent, Path(workdir), *(Path(p) for p in sys_path or []), paths.root(),
-            paths.data_dir())
+            paths.data_dir(), *sandbox.interpreter_folders())
 
 
 def warm(lab: labs.Lab, preload: tuple[str, ...], role: str, file: Path, workdir: Path,

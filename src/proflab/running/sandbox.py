@@ -102,6 +102,14 @@ class Engine:
 
 
 @functools.lru_cache(maxsize=1)
+def interpreter_folders() -> tuple[Path, ...]:
+    """Where this Python and the kit's own code live: a sandboxed run needs them, even in a folder the
+    sandbox hides (a checkout and its virtual environment under /tmp)."""
+    import proflab
+
+    return (Path(sys.prefix), Path(sys.executable).parent, Path(proflab.__file__).resolve().parents[1])
+
+
 def engine() -> Engine:
     """The sandbox engine, tried once per process: a real sandbox that runs this Python and imports the kit.
 
@@ -130,7 +138,7 @@ def engine() -> Engine:
             continue  # no setpriv: root it is
         box = None
         try:
-            box = Box(Path(tempfile.gettempdir()), found)
+            box = Box(Path(tempfile.gettempdir()), found, expose=(paths.root(), *interpreter_folders()))
             probe = subprocess.run(box.command([sys.executable, "-c", "import proflab.running.runner"],
                                                cwd=box.root),
                                    capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
