@@ -291,7 +291,7 @@ def read_lab3_4(name: str, text: str, root: Path) -> dict[str, str]:
         f["evidence.original"], f["evidence.unit"], f["evidence.yours"] = m.groups()
     if m := re.search(r"^✗ The bottleneck is gone\s.*? is still ([\d.]+) ", text, re.M):
         f["evidence.original"] = f["evidence.yours"] = m.group(1)
-    if m := re.search(r"^Host reads per profiled step, in the training step: ([\d.]+) \((.*?)\)\s", text, re.M):
+    if m := re.search(r"^Host reads per profiled step, outside data loading: ([\d.]+) \((.*?)\)\s", text, re.M):
         f["host_reads"], f["host_reads_by_call"] = m.groups()
     if name == "run-exercise" and "Lab 3 " in text:
         f.update(read_labels(text, root))

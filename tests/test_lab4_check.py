@@ -145,6 +145,6 @@ def test_run_prints_the_host_reads_the_table_may_leave_out(fresh_kit):
     proc = fresh_kit.run("run", "4", "--device", "cpu")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = next(line for line in proc.stdout.splitlines()
-                if line.startswith("Host reads per profiled step, in the training step:"))
+                if line.startswith("Host reads per profiled step, outside data loading:"))
     assert "item()" in line and "tolist()" in line and "Profile › Operators" in line
     assert "Inside data loading" not in proc.stdout  # lab 4 loads no data in its step: every read is the step's

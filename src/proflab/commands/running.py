@@ -189,7 +189,7 @@ def _host_reads(trace_path: str) -> None:
         return
 
     if reads.in_step:
-        out.print(f"[dim]Host reads per profiled step, in the training step:[/] {reads.in_step_per_step:g} "
+        out.print(f"[dim]Host reads per profiled step, outside data loading:[/] {reads.in_step_per_step:g} "
                   f"({escape(evidence.counts_text(reads.in_step))})  [dim](every row: TensorBoard › Profile › Operators)[/]",
                   soft_wrap=True)
     if reads.in_loading:

@@ -43,7 +43,7 @@ FINDINGS = {
                    "small operations launched one by one from Python, or the host doing work of its own.",
               "Vectorise (one operator over a whole tensor), or fuse."),
 }
-READS = ("{reads:g} host reads per step in the training step ({names}): each read of a tensor into Python "
+READS = ("{reads:g} host reads per step, outside data loading ({names}): each read of a tensor into Python "
          "(.item(), .tolist(), .cpu(), float(t), if t:) stops the host until the value is ready, on CUDA until "
          "the device has caught up.")
 READS_TRY = "Keep the values on the device and read them once per interval, not every step."
