@@ -1,8 +1,8 @@
 """Slow storage served from the checker's own process.
 
-Lab 1's photos live on "network storage": every read waits a fixed latency
-before a byte arrives. That wait must not be something a lab file can switch
-off, so it lives here, in a :class:`StorageService` that the kit starts in
+Lab 1's and lab 9's photos live on "network storage": every read waits a
+fixed latency before a byte arrives. That wait must not be something a lab
+file can switch off, so it lives here, in a :class:`StorageService` that the kit starts in
 its own process and whose address it hands to every run in the environment
 variable ``PROFLAB_STORAGE``. The service applies the latency on its side,
 and logs each read it serves (:attr:`StorageService.reads`), stamped with the
