@@ -91,6 +91,14 @@ def synopsis(action: argparse.Action) -> str:
     return f"{flags} {value_name(action)}" if takes_value(action) else flags
 
 
+def cell(action: argparse.Action) -> str:
+    """An option's names in a table cell, each in code of its own: ``--memory``, ``--profile-memory``."""
+    if len(action.option_strings) < 2:
+        return f"`{synopsis(action)}`"
+    value = f" {value_name(action)}" if takes_value(action) else ""
+    return ", ".join(f"`{flag}{value}`" for flag in action.option_strings)
+
+
 def description(command: str, action: argparse.Action) -> str:
     text = action.help or NO_HELP.get((command, action.dest))
     if not text:
@@ -157,7 +165,7 @@ def render() -> str:
         out += [f"## proflab {name}", "", help_[0].upper() + help_[1:] + ".", "", "```text", usage(name, sp), "```", ""]
         actions = visible(sp)
         if actions:
-            rows = [(f"`{synopsis(a)}`", description(name, a))
+            rows = [(cell(a), description(name, a))
                     for a in sorted(actions, key=lambda a: bool(a.option_strings))]
             out += table(rows, ("Argument or option", "What it does"))
         else:
