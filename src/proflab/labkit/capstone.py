@@ -52,7 +52,8 @@ _MEAN, _STD = 0.5, 0.25  # per channel, of the photos scaled to [0, 1]
 
 
 def _draw_all() -> torch.Tensor:
-    """Every photo, (NUM_PHOTOS, 3, 32, 32) uint8: a class-coloured blob on a noisy gradient, drawn at once."""
+    """Every photo, (NUM_PHOTOS, 3, PHOTO_SIZE, PHOTO_SIZE) uint8: a class-coloured blob on a noisy gradient, drawn
+    at once."""
     g = torch.Generator().manual_seed(_DATA_SEED)
     n, size = NUM_PHOTOS, PHOTO_SIZE
     labels = torch.arange(n) % NUM_CLASSES
