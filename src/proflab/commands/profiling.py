@@ -88,7 +88,8 @@ def _run(cmd: list[str], timeout: float | None) -> tuple[int, bool]:
     finally:
         for t in threads:
             t.join(timeout=5)
-    return proc.returncode, timed_out
+    code = proc.returncode
+    return (128 - code if code < 0 else code), timed_out  # killed by a signal: as a shell says it
 
 
 def _stop(proc: subprocess.Popen, first: int = signal.SIGTERM) -> None:
