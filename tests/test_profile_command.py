@@ -193,3 +193,13 @@ def test_each_optimizer_step_is_drawn_inside_its_own_step(tmp_path):
     assert len(steps) == 3 and len(stepped) == 3
     for e in stepped:
         assert any(s["ts"] <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] for s in steps), e
+
+
+def test_a_script_that_hangs_is_stopped_at_its_timeout_and_said_so(tmp_path):
+    script = tmp_path / "hangs.py"
+    script.write_text(INFERENCE.replace("import helper  #", "#").replace("helper.WORD", "'x'")
+                      + "import time\ntime.sleep(600)\n")
+    code, stdout, stderr, found = profile(tmp_path, "--timeout", "20", "--steps", "20:23", str(script),
+                                          "--batches", "9", timeout=120)
+    assert code == 124, explain(code, stdout, stderr)
+    assert "stopped after --timeout 20 s" in stderr and "Traceback" not in stderr, stderr

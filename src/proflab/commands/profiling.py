@@ -89,7 +89,9 @@ def _run(cmd: list[str], timeout: float | None) -> tuple[int, bool]:
         for t in threads:
             t.join(timeout=5)
     code = proc.returncode
-    return (128 - code if code < 0 else code), timed_out  # killed by a signal: as a shell says it
+    if timed_out:
+        return 124, True  # as timeout(1) says it
+    return (128 - code if code < 0 else code), False  # killed by a signal: as a shell says it
 
 
 def _stop(proc: subprocess.Popen, first: int = signal.SIGTERM) -> None:
