@@ -21,7 +21,6 @@ from __future__ import annotations
 import io
 import os
 import random
-import time
 from pathlib import Path
 
 import torch
@@ -99,10 +98,7 @@ class PhotoDataset(Dataset):
 
     def _storage_read(self, name: str) -> bytes:
         """One photo's bytes, from the kit's storage service, or after the same wait from the folder."""
-        if storage_client.address():
-            return storage_client.read(name)
-        time.sleep(STORAGE_LATENCY_MS / 1000.0)
-        return (self.root / name).read_bytes()
+        return storage_client.read_or_wait(name, self.root, STORAGE_LATENCY_MS)
 
 
 class SmallCNN(nn.Module):
