@@ -230,8 +230,9 @@ def cmd_profile(args) -> int:
         out.print(f"\n[bold]key_averages()[/] of the profiled steps, sorted by {first['sort_by']}"
                   + (" (rank 0)" if len(summaries) > 1 else "") + ":")
         out.print(first["table"].rstrip(), markup=False, highlight=False, soft_wrap=True)
+    cost = overhead(first)
     out.print(f"\nSteps: each ends at {escape(_paced_by(first))}; profiled: {start} to {stop - 1}. "
-              f"The profiler's own cost: {overhead(first)}.")
+              f"The profiler's own cost: {cost}.")
     found = []
     for s in summaries:
         if s.get("trace"):
@@ -246,7 +247,7 @@ def cmd_profile(args) -> int:
         atomic.write_text(Path(args.json), json.dumps({
             "script": str(script), "args": args.args, "exit_code": code, "window": [start, stop],
             "paced_by": first.get("source"), "paced_by_what": first.get("what"), "steps_run": len(first.get("ends") or []),
-            "overhead": overhead(first), "table": first.get("table", ""), "ranks": found}, indent=2))
+            "overhead": cost, "table": first.get("table", ""), "ranks": found}, indent=2))
     logdir = out_dir.parent if out_dir.parent != Path("") else Path(".")
     out.print(f"\nTrace{'s' if len(traces) > 1 else ''}: " + ", ".join(escape(str(t)) for t in traces))
     out.print(f"Look at it: [bold]proflab tensorboard --logdir {escape(str(logdir))}[/] (run "

@@ -19,11 +19,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 from . import breakdown
 from .memory import growth
 from .metrics.allreduce_traffic import ALLREDUCE_OPS, allreduce_calls
-from .metrics.host_syncs import counts_text, host_reads
+from .metrics.host_syncs import HostReads, counts_text, host_reads
 from .trace import DATALOADER_PREFIX, Event, Trace, TraceError, aten_ops
 
 # --- the Overview's findings (the Profile tab, for a lab's runs and any other) ----------------------------
@@ -70,10 +71,12 @@ def syncs_between_micro_batches(trace: Trace) -> bool:
     return False
 
 
-def overview_findings(trace: Trace, b: breakdown.Breakdown | None = None) -> list[tuple[str, str]]:
-    """The Overview's findings, (what and where, what to try), for the Profile tab."""
+def overview_findings(trace: Trace, b: breakdown.Breakdown | None = None,
+                      reads: HostReads | None = None) -> list[tuple[str, str]]:
+    """The Overview's findings, (what and where, what to try), for the Profile tab; ``b`` and ``reads``, where
+    the caller read them already."""
     b = b or breakdown.of(trace)
-    reads = host_reads(trace)
+    reads = reads or host_reads(trace)
     found = [(text.format(share=b.share(part)), cure) for part, (limit, text, cure) in FINDINGS.items()
              if b.share(part) >= limit]
     if reads.in_step_per_step >= 1:
@@ -139,11 +142,16 @@ def _own_frame(name: str) -> bool:
     return bool(m) and not any(part in m["file"] for part in _LIBRARY)
 
 
-def code_of(trace: Trace, events: list[Event], limit: int = 3) -> list[str]:
+def code_of(trace: Trace, events: list[Event] | Callable[[], list[Event]], limit: int = 3) -> list[str]:
     """Where in the script's own code ``events`` were made, most first: the innermost frame of its own
-    files (not a library's) around each event, from a trace recorded ``with_stack``; [] without one."""
+    files (not a library's) around each event, from a trace recorded ``with_stack``; [] without one.
+    ``events`` may be a function giving them, called only for a trace that has such frames."""
     frames = [e for e in trace.events if e.cat == "python_function" and _own_frame(e.name)]
-    if not frames or not events:
+    if not frames:
+        return []
+    if callable(events):
+        events = events()
+    if not events:
         return []
     by_thread: dict[tuple, list[Event]] = {}
     for f in frames:
@@ -177,9 +185,8 @@ def _loader(trace: Trace, b: breakdown.Breakdown) -> Finding | None:
             "cache); pin_memory=True on CUDA.")
     where = f"Trace timeline: {seen} in each ProfilerStep#; Profile › Overview, DataLoader wait"
     loading = [e for e in trace.events if e.name.startswith(DATALOADER_PREFIX)]
-    inside = trace.within_steps(lambda e: e.cat == "cpu_op" and any(
-        d.pid == e.pid and d.tid == e.tid and d.ts <= e.ts < d.end for d in loading))
-    lines = code_of(trace, inside)
+    lines = code_of(trace, lambda: trace.within_steps(lambda e: e.cat == "cpu_op" and any(
+        d.pid == e.pid and d.tid == e.tid and d.ts <= e.ts < d.end for d in loading)))
     if lines:
         where += "; in your code: " + "; ".join(lines)
     return Finding("loader", "DataLoader wait", what, where, cure, _ms("DataLoader wait", b), share)
@@ -248,7 +255,7 @@ def _python(trace: Trace, b: breakdown.Breakdown) -> Finding | None:
             "own between them.")
     where = ("Trace timeline: the gaps between operators under each ProfilerStep#; Profile › Operators, the "
              f"most called per step ({busiest})")
-    lines = code_of(trace, trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::")))
+    lines = code_of(trace, lambda: trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::")))
     if lines:
         where += "; in your code: " + "; ".join(lines)
     cure = "One operator over a whole tensor instead of a Python loop over its rows; fuse small operators " \
@@ -310,9 +317,10 @@ def _operators(trace: Trace) -> list[tuple[str, float, float, float]]:
     return [(r.name, key(r) / n / 1000.0, key(r) / total, r.calls / n) for r in rows[:TOP_OPERATORS]]
 
 
-def diagnose(trace: Trace) -> Diagnosis:
-    """A script's profile read as the Overview reads it, and every finding, the costliest first."""
-    b = breakdown.of(trace)
+def diagnose(trace: Trace, b: breakdown.Breakdown | None = None) -> Diagnosis:
+    """A script's profile read as the Overview reads it, and every finding, the costliest first; ``b``, where
+    the caller read it already."""
+    b = b or breakdown.of(trace)
     parts = sorted(((breakdown.LABELS[p], b.host_ms[p], b.share(p)) for p in breakdown.HOST_PARTS),
                    key=lambda part: -part[1])
     found = [f for f in (_loader(trace, b), _reads(trace, b), _python(trace, b), _comm(trace, b),

@@ -144,9 +144,9 @@ def overview(trace: evidence.Trace, reveal: bool = True, own: bool = False) -> d
     reads = evidence.host_reads(trace)
     comm = evidence.allreduce_calls(trace) if b.comm_ms else None
     if own:
-        findings = [(f"{f.what} Seen in: {f.where}.", f.cure) for f in diagnosis.diagnose(trace).findings]
+        findings = [(f"{f.what} Seen in: {f.where}.", f.cure) for f in diagnosis.diagnose(trace, b).findings]
     else:
-        findings = diagnosis.overview_findings(trace, b)
+        findings = diagnosis.overview_findings(trace, b, reads)
     return {
         "steps": b.steps, "step_ms": b.step_ms, "on_cuda": trace.on_cuda,
         "parts": [{"key": part, "label": breakdown.LABELS[part], "ms": b.host_ms[part], "share": b.share(part)}
