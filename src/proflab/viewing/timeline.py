@@ -69,10 +69,12 @@ def newest_traces(logdir: Path | None) -> dict[str, Path]:
     for run, worker in newest:
         workers.setdefault(run, set()).add(worker)
     found: dict[str, tuple[float, Path]] = {}
+    ranked = {run: _ranks(run, newest, names) for run, names in workers.items()  # each run's once
+              if len(names) > 1 and not all(w.startswith("rank") for w in names)}
     for (run, worker), (mtime, trace) in newest.items():
         if len(workers[run]) > 1 and all(w.startswith("rank") for w in workers[run]):
             found[f"{run}/{worker}"] = (mtime, trace)
-        elif len(workers[run]) > 1 and (ranks := _ranks(run, newest, workers[run])):
+        elif ranks := ranked.get(run):
             rank = ranks.get(worker)
             if rank is not None and (f"{run}/{rank}" not in found or mtime > found[f"{run}/{rank}"][0]):
                 found[f"{run}/{rank}"] = (mtime, trace)
