@@ -409,3 +409,66 @@ def test_the_grading_table_defaults_and_checks(tmp_path):
         with pytest.raises(labs.ManifestError) as e:
             labs.load(lab)
         assert said in str(e.value)
+
+
+# --- --merge: what other engines graded, back into one class table -----------------------------------
+
+def merged(kit: Kit, *inputs: str, fmt: str = "json", extra: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, dict | str]:
+    out = kit.root / "out" / f"merged.{ 'json' if fmt == 'json' else 'md'}"
+    proc = grade(kit, "--merge", *inputs, "--format", fmt, "--out", str(out), *extra)
+    assert out.is_file(), proc.stdout + proc.stderr
+    text = out.read_text(encoding="utf-8")
+    return proc, (json.loads(text) if fmt == "json" else text)
+
+
+def verdicts_of(record: dict) -> dict[str, tuple]:
+    return {s["learner"]: (s["verdict"], s["score"], s["max_score"]) for s in record["submissions"]}
+
+
+def test_merging_the_json_record_or_the_junit_gives_back_the_class_table(graded):
+    want = verdicts_of(graded.record)
+    proc, from_json = merged(graded.kit, "out/grades.json")
+    assert proc.returncode == 0, proc.stderr
+    assert verdicts_of(from_json) == want
+    proc, from_junit = merged(graded.kit, "out/report.xml")
+    assert proc.returncode == 0, proc.stderr
+    assert verdicts_of(from_junit) == want
+    alice = next(s for s in from_junit["submissions"] if s["learner"] == "alice")
+    assert alice["speedup"] == pytest.approx(graded.submission("alice")["speedup"], rel=1e-3)
+    # the class table on the terminal, as grade prints it
+    assert "alice" in proc.stderr and "6 submissions from 6 learners" in proc.stderr
+
+
+def test_a_learner_merged_twice_keeps_the_newest_file_and_lists_the_other(graded):
+    older = graded.kit.root / "out" / "older.json"
+    shutil.copy(graded.kit.root / "out" / "grades.json", older)
+    os.utime(older, (1_000_000_000, 1_000_000_000))
+    proc, record = merged(graded.kit, "out/grades.json", str(older))
+    assert proc.returncode == 0, proc.stderr
+    assert len(record["submissions"]) == 6
+    superseded = [n for n in record["not_graded"] if "newer" in n["reason"]]
+    assert len(superseded) == 6 and all("older.json" in n["file"] for n in superseded), record["not_graded"]
+
+
+def test_the_markdown_summary_and_require_pass(graded):
+    proc, text = merged(graded.kit, "out/grades.json", fmt="markdown", extra=("--require-pass",))
+    assert proc.returncode == 1 and "Not every submission passed" in proc.stderr
+    assert "| alice | ✅ passed" in text and "### bob · lab 90" in text
+    assert "❔ too noisy to call: re-run" in text  # erin's
+    only_alice = graded.kit.root / "out" / "alice.json"
+    record = dict(graded.record, submissions=[graded.submission("alice")])
+    only_alice.write_text(json.dumps(record), encoding="utf-8")
+    proc, _ = merged(graded.kit, str(only_alice), fmt="markdown", extra=("--require-pass",))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_merge_says_what_it_cannot_read_and_refuses_nothing_to_merge(graded, tmp_path):
+    (tmp_path / "notes.json").write_text("{\"hello\": 1}")
+    (tmp_path / "broken.xml").write_text("<testsuites><testsuite")
+    proc = grade(graded.kit, "--merge", str(tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "broken.xml" in proc.stderr and "not XML" in proc.stderr
+    proc = grade(graded.kit, "--merge", str(tmp_path / "nowhere"))
+    assert proc.returncode == 2 and "no such file or folder" in proc.stderr
+    proc = grade(graded.kit, "class", "--merge", "out/grades.json")
+    assert proc.returncode == 2 and "not both" in proc.stderr

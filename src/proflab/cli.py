@@ -38,6 +38,7 @@ from .reporting import report, summaries
 from .viewing import tensorboard
 from .commands.common import (KIT_ERROR, USAGE_ERROR, UsageError, _audited, _lab, _lab_and_file, _label, _say,
                               _say_unsandboxed, _status, _summaries, err, out)
+from .commands.autograder import cmd_autograder
 from .commands.grading import _param, cmd_gate, cmd_grade
 from .commands.running import cmd_run
 from .commands.profiling import DEFAULT_STEPS, cmd_profile
@@ -480,12 +481,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_data)
 
     sp = sub.add_parser("grade", help="grade a folder of submissions, one at a time (JSON, JUnit XML, Gradescope)")
-    sp.add_argument("folder", metavar="FOLDER",
+    sp.add_argument("folder", metavar="FOLDER", nargs="?",
                     help="one file per learner and lab: FOLDER/alice/1.py, FOLDER/alice__1.py, or FOLDER/1.py "
                          "for one learner")
-    sp.add_argument("--format", default="json", choices=("json", "junit", "gradescope"),
-                    help="what to write: the full JSON record, JUnit XML for CI, or Gradescope's results.json "
-                         "(default: json)")
+    sp.add_argument("--merge", nargs="+", metavar="PATH",
+                    help="grade nothing: read what Gradescope or CI graded (results.json files, proflab grade's "
+                         "JSON record or JUnit XML, or folders of them) into one class table")
+    sp.add_argument("--format", default="json", choices=("json", "junit", "gradescope", "markdown"),
+                    help="what to write: the full JSON record, JUnit XML for CI, Gradescope's results.json, or "
+                         "Markdown for a CI job's summary (default: json)")
+    sp.add_argument("--require-pass", action="store_true",
+                    help="exit 1 unless every submission passed (a learner's CI job)")
     sp.add_argument("--out", metavar="PATH", help="write it to this file (default: stdout)")
     sp.add_argument("--json-out", metavar="PATH", help="also write the full JSON record to this file")
     sp.add_argument("--lab", help="grade only this lab's files; then exercise.py is this lab's too")
@@ -499,6 +505,33 @@ def build_parser() -> argparse.ArgumentParser:
                     "(no bubblewrap, no user namespaces); the records say so")
     device(sp)
     sp.set_defaults(func=cmd_grade)
+
+    sp = sub.add_parser("autograder", help="grade a class on Gradescope or GitHub Classroom: write the "
+                        "autograder.zip or the workflow")
+    engines = sp.add_subparsers(dest="engine", metavar="ENGINE", required=True)
+    ap = engines.add_parser("gradescope", help="write autograder.zip for a Gradescope programming assignment")
+    ap.add_argument("--labs", nargs="+", required=True, metavar="LAB", help="the labs it grades (1 2 3)")
+    ap.add_argument("--out", default="autograder.zip", metavar="PATH", help="the zip to write "
+                    "(default: autograder.zip)")
+    ap.add_argument("--torch-index", default="https://download.pytorch.org/whl/cpu", metavar="URL",
+                    help="where setup.sh installs torch from (default: PyTorch's CPU wheels; 'pypi': pip's own "
+                         "index)")
+    ap = engines.add_parser("classroom", help="write the GitHub Actions workflow a GitHub Classroom assignment "
+                            "runs on every push")
+    ap.add_argument("--labs", nargs="+", required=True, metavar="LAB", help="the labs it checks (1 2 3)")
+    ap.add_argument("--kit-url", required=True, metavar="URL", help="the git repository the kit is fetched from "
+                    "(https://github.com/ORG/proflab)")
+    ap.add_argument("--kit-ref", metavar="REF", help="the commit or tag it is pinned at (default: this "
+                    "checkout's commit)")
+    ap.add_argument("--out", default=".github/workflows/proflab.yml", metavar="PATH",
+                    help="where to write it (default: .github/workflows/proflab.yml)")
+    ap.add_argument("--force", action="store_true", help="write over a workflow that exists")
+    ap = engines.add_parser("run", help="what the bundle's run_autograder runs, in Gradescope's container: "
+                            "grade a submission, write results.json")
+    ap.add_argument("--submission", required=True, metavar="DIR", help="the submission's folder")
+    ap.add_argument("--results", required=True, metavar="PATH", help="the results.json to write")
+    ap.add_argument("--metadata", metavar="PATH", help="Gradescope's submission_metadata.json (who submitted)")
+    sp.set_defaults(func=cmd_autograder)
 
     sp = sub.add_parser("gate", help="measure a pipeline against a baseline (a file or a git revision): "
                         "a regression gate for CI")

@@ -17,6 +17,12 @@ def cmd_grade(args) -> int:
     from ..grading import grade
     from ..reporting import grade_formats
 
+    if args.merge:
+        if args.folder:
+            raise UsageError(f"give a FOLDER to grade or --merge to read results, not both ({args.folder})")
+        return _merge(args)
+    if not args.folder:
+        raise UsageError("name the FOLDER of submissions to grade (or --merge results graded elsewhere)")
     _refuse_unsandboxed(args, "grade")
     try:
         known = labs.discover()
@@ -110,7 +116,41 @@ def _grade_with(args, found, journal, where: Path) -> int:
         return 130
     if failed:
         raise UsageError("; ".join(failed.values()))
-    return KIT_ERROR if result.not_graded or any(s.kit for s in result.skipped) else 0
+    if result.not_graded or any(s.kit for s in result.skipped):
+        return KIT_ERROR
+    return _required(args, result)
+
+
+def _required(args, result) -> int:
+    """``--require-pass``: 1 unless every submission passed (and there was one); else 0, whatever the verdicts."""
+    if not args.require_pass:
+        return 0
+    if result.graded and all(g.report.verdict == "passed" for g in result.graded):
+        return 0
+    err.print("[red]Not every submission passed[/] (--require-pass).")
+    return 1
+
+
+def _merge(args) -> int:
+    from ..grading.engines import merge
+    from ..reporting import grade_formats
+
+    try:
+        result = merge.merge([Path(p) for p in args.merge])
+    except merge.MergeError as e:
+        raise UsageError(str(e)) from None
+    except labs.ManifestError as e:
+        err.print(f"[red]proflab:[/] cannot merge: a lab manifest is broken: {escape(str(e))}")
+        return KIT_ERROR
+    learners = {g.submission.learner for g in result.graded}
+    if args.format == "gradescope" and len(learners) > 1:
+        raise UsageError(f"--format gradescope holds one learner's results, and these hold {len(learners)}: "
+                         "use --format json, junit or markdown")
+    failed = grade_formats.write(args.format, result, args.out, args.json_out)
+    _say(err, grade_formats.summary(result, *(p if p not in failed else None for p in (args.out, args.json_out))))
+    if failed:
+        raise UsageError("; ".join(failed.values()))
+    return _required(args, result)
 
 
 GATE_SETTINGS = ("file", "baseline", "against", "lab", "batch_size", "seed", "data_dir", "warmup_steps",

@@ -18,6 +18,8 @@
 * ``gradescope``: Gradescope's ``results.json``, for one learner (Gradescope
   grades one submission per run): a test per lab and check, with its points,
   and a leaderboard column with the speed-up per lab.
+* ``markdown``: the class table and, for each submission that did not pass,
+  its checks: a CI job's summary (GitHub's ``$GITHUB_STEP_SUMMARY``).
 """
 
 from __future__ import annotations
@@ -43,12 +45,12 @@ from ..grading.verdicts import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Check, Rep
 from ..grading.grade import Found, Graded, Result, Submission
 from ..quiet import printable
 
-FORMATS = ("json", "junit", "gradescope")
+FORMATS = ("json", "junit", "gradescope", "markdown")
 NOT_GRADED = "error"  # the verdict of a report the kit could not grade
 
 
 def render(fmt: str, result: Result) -> str:
-    return {"json": to_json, "junit": to_junit, "gradescope": to_gradescope}[fmt](result)
+    return {"json": to_json, "junit": to_junit, "gradescope": to_gradescope, "markdown": to_markdown}[fmt](result)
 
 
 def refusal(fmt: str, found: Found, folder: str, outputs: tuple[str | None, ...] = ()) -> str | None:
@@ -383,6 +385,65 @@ def _headline(g: Graded) -> str:
     points = f"{_score(g)} points" if g.graded else "no points given"
     return (f"Lab {r.number} · {r.title} ({g.submission.shown}): {word}{speed}, {points}"
             + (f": {r.error}" if not g.graded else ""))
+
+
+# --- markdown ----------------------------------------------------------------------
+
+_MD_MARK = {PASSED: "✅", FAILED: "❌", INCONCLUSIVE: "❔", SKIPPED: "➖", NOT_GRADED: "⚠️"}
+
+
+def _md(text: str) -> str:
+    """Learner-derived text in a Markdown table cell or line: no markup, no line breaks."""
+    return re.sub(r"([\\`*_{}\[\]<>|#])", r"\\\1", printable(str(text))).replace("\n", " ")
+
+
+def _md_cell(g: Graded) -> str:
+    r = g.report
+    word = {PASSED: "passed", FAILED: "failed", INCONCLUSIVE: "too noisy to call: re-run"}.get(r.verdict,
+                                                                                         "not graded")
+    stopped = _stopped_at(g)
+    if r.verdict == FAILED and stopped:
+        word += f" ({stopped.name})"
+    speed = ""
+    if g.speedup:
+        speed = f" peak {1 / g.speedup:.0%}" if check_report.peak_share(r) else f" {g.speedup:.2f}×"
+    return f"{_MD_MARK.get(r.verdict, '⚠️')} {word}{speed}" + (f" {_score(g)}" if g.graded else "")
+
+
+def to_markdown(result: Result) -> str:
+    found_labs = sorted({(g.report.number, g.report.lab) for g in result.graded})
+    c = counts(result)
+    lines = [f"## proflab: {c['submissions']} submission{'s' if c['submissions'] != 1 else ''} of "
+             f"{c['learners']} learner{'s' if c['learners'] != 1 else ''}", ""]
+    if result.graded:
+        head = ["learner"] + [f"lab {n} {_md(name)}" for n, name in found_labs] + ["total"]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        by = {(g.submission.learner, g.report.number): g for g in result.graded}
+        for learner in result.learners:
+            mine = [by.get((learner, n)) for n, _ in found_labs]
+            scored = [g for g in mine if g is not None and g.graded]
+            total = f"{_num(sum(g.score for g in scored))}/{_num(sum(g.max_score for g in scored))}"
+            lines.append("| " + " | ".join([_md(learner)] + [_md_cell(g) if g else "–" for g in mine] + [total])
+                         + " |")
+    for g in result.graded:
+        r = g.report
+        if r.verdict == PASSED:
+            continue
+        lines += ["", f"### {_md(g.submission.learner)} · lab {r.number} {_md(r.title)}: {_md_cell(g)}", ""]
+        if r.verdict == NOT_GRADED:
+            lines.append(f"- Not graded: {_md(r.error)}")
+            continue
+        for check in r.checks:
+            if check.status == SKIPPED:
+                continue
+            lines.append(f"- {_MD_MARK.get(check.status, '')} **{_md(check.title)}**: {_md(check.rationale)}")
+            for label, value in (("expected", check.expected), ("measured", check.actual),
+                                 ("look at", check.help if check.status != PASSED else "")):
+                if value:
+                    lines.append(f"  - {label}: {_md(value)}")
+    if result.skipped:
+        lines += ["", "Not graded:"] + [f"- {_md(s.shown)}: {_md(s.reason)}" for s in result.skipped]
+    return "\n".join(lines) + "\n"
 
 
 # --- terminal ----------------------------------------------------------------------
