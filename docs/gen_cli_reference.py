@@ -116,13 +116,19 @@ def description(command: str, action: argparse.Action) -> str:
 
 
 def usage(name: str, parser: argparse.ArgumentParser) -> str:
-    """``proflab run LAB [--file FILE] [--json] …``: arguments first, then each option by its long name."""
+    """``proflab run LAB [--file FILE] [--json] …``: arguments first (``[FOLDER]`` when it may be left out),
+    then each option by its long name."""
     actions = visible(parser)
-    parts = ["proflab", name] + [synopsis(a) for a in actions if not a.option_strings]
+    if subcommands(parser):
+        return f"proflab {name} {{{','.join(n for n, _, _ in subcommands(parser))}}} [OPTIONS]"
+    parts = ["proflab", name] + [f"[{synopsis(a)}]" if a.nargs == "?" else synopsis(a)
+                                 for a in actions if not a.option_strings]
     for action in actions:
         if action.option_strings:
             flag = action.option_strings[-1]
-            parts.append(f"[{flag} {value_name(action)}]" if takes_value(action) else f"[{flag}]")
+            one = f"{flag} {value_name(action)}" + (" …" if action.nargs == "+" else "") if takes_value(action) \
+                else flag
+            parts.append(one if action.required else f"[{one}]")
     return " ".join(parts)
 
 
@@ -147,6 +153,24 @@ def table(rows: list[tuple[str, str]], head: tuple[str, str]) -> list[str]:
     return lines
 
 
+def command(name: str, help_: str, sp: argparse.ArgumentParser, level: str) -> list[str]:
+    out = [f"{level} proflab {name}", "", help_[0].upper() + help_[1:] + ".", "", "```text", usage(name, sp), "```", ""]
+    inner = subcommands(sp)
+    if inner:
+        out += table([(f"[`{n}`](#proflab-{name}-{n})", h) for n, h, _ in inner], (f"`{name.upper()}`", "What it does"))
+        out.append("")
+        return out
+    actions = visible(sp)
+    if actions:
+        rows = [(cell(a), description(name, a))
+                for a in sorted(actions, key=lambda a: bool(a.option_strings))]
+        out += table(rows, ("Argument or option", "What it does"))
+    else:
+        out.append("No arguments and no options.")
+    out.append("")
+    return out
+
+
 def render() -> str:
     parser = cli.build_parser()
     commands = subcommands(parser)
@@ -162,15 +186,9 @@ def render() -> str:
     out.append("")
 
     for name, help_, sp in commands:
-        out += [f"## proflab {name}", "", help_[0].upper() + help_[1:] + ".", "", "```text", usage(name, sp), "```", ""]
-        actions = visible(sp)
-        if actions:
-            rows = [(cell(a), description(name, a))
-                    for a in sorted(actions, key=lambda a: bool(a.option_strings))]
-            out += table(rows, ("Argument or option", "What it does"))
-        else:
-            out.append("No arguments and no options.")
-        out.append("")
+        out += command(name, help_, sp, "##")
+        for inner, inner_help, isp in subcommands(sp):  # a command of commands: proflab autograder gradescope
+            out += command(f"{name} {inner}", inner_help, isp, "###")
 
     out += ["## Exit codes", "", "`proflab` ends with one of these exit codes:", ""]
     out += table([(f"`{code}`", meaning[0].upper() + meaning[1:] + ".") for code, meaning in exit_codes()],

@@ -329,6 +329,19 @@ def test_reference_names_every_command_and_option_and_nothing_else():
         section = page.split(f"\n## proflab {name}\n", 1)
         assert len(section) == 2, f"no section for proflab {name}"
         section = section[1].split("\n## ", 1)[0]
+        nested = next((a for a in sp._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if nested is not None:  # a command of commands (proflab autograder): each has a ### section of its own
+            for inner, isp in nested.choices.items():
+                part = section.split(f"\n### proflab {name} {inner}\n", 1)
+                assert len(part) == 2, f"no section for proflab {name} {inner}"
+                part = part[1].split("\n### ", 1)[0]
+                for action in isp._actions:
+                    known |= set(action.option_strings)
+                    if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+                        continue
+                    for flag in action.option_strings:
+                        assert f"`{flag}" in part, f"proflab {name} {inner}: {flag} is not on the page"
+            continue
         for action in sp._actions:
             known |= set(action.option_strings)
             if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
