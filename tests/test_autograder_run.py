@@ -97,3 +97,17 @@ def test_a_class_of_200_results_merges_into_one_table(passed, tmp_path):
     assert record["summary"]["submissions"] == 200 and record["summary"]["passed"] == 200
     assert {s["learner"] for s in record["submissions"]} == {f"learner{i:03d}@example.edu" for i in range(200)}
     assert all(s["score"] == 10 for s in record["submissions"])
+
+
+def test_a_speedup_too_noisy_to_call_says_so_and_how_to_run_it_again(passed, tmp_path):
+    kit, _, _ = passed
+    scheduled = (Path(__file__).resolve().parent / "calibration" / "scheduled.py").read_text(encoding="utf-8")
+    submission = write_folder(tmp_path / "submission", {"calibration.py": scheduled})
+    proc, results = autograde(kit, submission, tmp_path / "results" / "results.json", WHO, env={
+        "PROFLAB_CAL_SPEEDUPS": "1.45,1.0", "PROFLAB_CAL_COUNTER": str(tmp_path / "runs-counted"),
+        "PROFLAB_SANDBOX_SHARED": str(tmp_path)})
+    assert proc.returncode == 0 and results is not None, proc.stderr
+    valid(results)
+    faster = next(t for t in results["tests"] if t.get("tags", [None, None])[1:] == ["faster"])
+    assert "Too noisy to call on this machine" in faster["output"] and faster["score"] == 2.5, faster
+    assert "too noisy to call on this machine: re-run it" in results["output"]

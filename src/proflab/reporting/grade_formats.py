@@ -329,6 +329,10 @@ def to_junit(result: Result) -> str:
 
 # --- gradescope --------------------------------------------------------------------
 
+NOISY = ("\nToo noisy to call on this machine: this is not a failure of your fix. Submit again, or ask for a "
+         "regrade: it is measured again in a fresh container.")
+
+
 def to_gradescope(result: Result) -> str:
     """Gradescope's results.json: one learner's submissions (Gradescope grades one learner per run)."""
     learners = {g.submission.learner for g in result.graded}
@@ -344,7 +348,7 @@ def to_gradescope(result: Result) -> str:
                 **({"score": points.earned} if g.graded else {}),  # not graded: no score, not 0
                 "max_score": points.max,
                 "status": "passed" if check.status == PASSED and r.verdict != NOT_GRADED else "failed",
-                "output": check_text(check, r, full=True),
+                "output": check_text(check, r, full=True) + (NOISY if check.status == INCONCLUSIVE else ""),
                 "output_format": "text",
                 "tags": [f"lab-{r.number}", check.name],
                 "visibility": "visible",

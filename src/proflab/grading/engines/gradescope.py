@@ -230,8 +230,8 @@ def _absent_tests(a: Absent) -> list[dict[str, Any]]:
              "output_format": "text", "tags": [f"lab-{a.lab.number}", "missing"], "visibility": "visible"}]
 
 
-NOISY = ("Inconclusive means too noisy to call on this machine: re-run it (Regrade, or submit again); "
-         "it is not a failure of your fix.")
+NOISY = ("Inconclusive means too noisy to call on this machine: re-run it (submit again, or ask for a "
+         "regrade); it is not a failure of your fix.")
 
 
 def results(found, absent: list[Absent], result, sandbox_line: str, learner: str) -> dict[str, Any]:
