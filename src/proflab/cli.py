@@ -516,6 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--torch-index", default="https://download.pytorch.org/whl/cpu", metavar="URL",
                     help="where setup.sh installs torch from (default: PyTorch's CPU wheels; 'pypi': pip's own "
                          "index)")
+    ap.add_argument("--torch-version", metavar="V", help="the torch release setup.sh installs (default: this "
+                    "machine's, where the labs' thresholds were set; 'any': pip's choice)")
     ap = engines.add_parser("classroom", help="write the GitHub Actions workflow a GitHub Classroom assignment "
                             "runs on every push")
     ap.add_argument("--labs", nargs="+", required=True, metavar="LAB", help="the labs it checks (1 2 3)")

@@ -29,7 +29,7 @@ def _gradescope(args) -> int:
     graded = _graded(args.labs)
     target = Path(args.out)
     try:
-        names = gradescope.bundle(graded, target, torch_index=args.torch_index)
+        names = gradescope.bundle(graded, target, torch_index=args.torch_index, torch_version=args.torch_version)
     except gradescope.BundleError as e:
         raise UsageError(str(e)) from None
     kit = sum(1 for n in names if n.startswith(gradescope.KIT + "/"))

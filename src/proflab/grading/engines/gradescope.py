@@ -97,8 +97,20 @@ def _timings(graded: list[labs.Lab], figures: dict[str, Any]) -> tuple[str, str,
     return "\n".join(rows), where, slowest
 
 
-def bundle(graded: list[labs.Lab], out: Path, torch_index: str = TORCH_CPU, root: Path | None = None) -> list[str]:
-    """Write autograder.zip to ``out``; the names it holds."""
+def local_torch() -> str:
+    """This machine's torch release, without its build label (2.14.1+cu130 -> 2.14.1), or "any"."""
+    try:
+        from importlib.metadata import version
+
+        return version("torch").split("+", 1)[0]
+    except Exception:  # noqa: BLE001 - no torch here: leave it to pip
+        return "any"
+
+
+def bundle(graded: list[labs.Lab], out: Path, torch_index: str = TORCH_CPU, root: Path | None = None,
+           torch_version: str | None = None) -> list[str]:
+    """Write autograder.zip to ``out``; the names it holds. ``torch_version``: the torch release setup.sh
+    installs (default: this machine's, where the labs' thresholds hold; "any": pip's choice)."""
     root = (root or paths.root()).resolve()
     if not graded:
         raise BundleError("name the labs to grade: --labs 1 2 3")
@@ -110,17 +122,22 @@ def bundle(graded: list[labs.Lab], out: Path, torch_index: str = TORCH_CPU, root
     made = datetime.now(timezone.utc).isoformat(timespec="seconds")
     table, machine, slowest = _timings(graded, _figures(root))
     numbers = " ".join(str(lab.number) for lab in graded)
-    torch_args = "" if torch_index == PYPI else f"--index-url {torch_index}"
+    torch_version = torch_version or local_torch()
+    if torch_version != "any" and not all(part.isdigit() for part in torch_version.split(".")):
+        raise BundleError(f"--torch-version {torch_version}: give a release like 2.14.1, or 'any'")
+    torch_args = ("" if torch_index == PYPI else f"--index-url {torch_index} ") + \
+        ("torch" if torch_version == "any" else f"torch=={torch_version}")
     torch_what = "pip's own index" if torch_index == PYPI else (
         "CPU wheels" if torch_index == TORCH_CPU else f"from {torch_index}")
     limit_min = max(10, int(((slowest * len(graded) * 2) + 60) // 60 + 1))
+    torch_what += "" if torch_version == "any" else f", torch {torch_version}"
     fill = dict(version=__version__, made=made, labs=numbers, torch_args=torch_args, torch_what=torch_what,
                 naming=_naming(graded), timings=table, machine=machine,
                 time_limit=f"{limit_min} minutes for labs {numbers}")
     texts = {name: Template((TEMPLATES / name).read_text(encoding="utf-8")).substitute(fill)
              for name in ("setup.sh", "run_autograder", "README.md")}
     texts[CONFIG] = json.dumps({"labs": [lab.number for lab in graded], "proflab": __version__, "made": made,
-                                "torch_index": torch_index}, indent=2) + "\n"
+                                "torch_index": torch_index, "torch": torch_version}, indent=2) + "\n"
     buffer = io.BytesIO()
     names = []
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:

@@ -21,7 +21,7 @@ fi
 python3 -m venv "$$VENV"
 pip() { "$$VENV/bin/python" -m pip --disable-pip-version-check --no-input "$$@"; }
 echo "Installing torch and torchvision ($torch_what)"
-pip install --quiet $torch_args torch torchvision
+pip install --quiet $torch_args torchvision
 echo "Installing proflab $version"
 pip install --quiet "$$SOURCE/proflab"
 
