@@ -197,16 +197,18 @@ def _names(lab: labs.Lab) -> set[str]:
     return {str(lab.number), f"{lab.number:02d}", lab.name, lab.folder.name, lab.slug}
 
 
-def locate(submission: Path, lab: labs.Lab) -> Path | None:
-    """The learner's file for ``lab``: named after it at the top of the submission, else the lab's exercise in
-    an uploaded copy of the kit (``labs/<lab>/exercise.py``, at most three folders down)."""
+def locate(submission: Path, lab: labs.Lab, only: bool = False) -> Path | None:
+    """The learner's file for ``lab``: named after it at the top of the submission (``exercise.py`` too when
+    it is the only lab graded: ``only``), else the lab's exercise in an uploaded copy of the kit
+    (``labs/<lab>/exercise.py``, at most three folders down). Links are passed over."""
     suffix = lab.exercise.suffix
     try:
-        top = sorted(p for p in submission.iterdir() if p.is_file())
+        top = sorted(p for p in submission.iterdir() if p.is_file() and not p.is_symlink())
     except OSError:
         return None
+    names = _names(lab) | ({lab.exercise.stem} if only else set())
     for path in top:
-        if path.suffix == suffix and path.stem in _names(lab):
+        if path.suffix == suffix and path.stem in names:
             return path
     for depth in range(4):
         pattern = "/".join(["*"] * depth + ["labs", lab.folder.name, lab.exercise.name])
@@ -223,7 +225,7 @@ def gather(submission: Path, graded: list[labs.Lab], learner: str):
 
     subs, absent = [], []
     for lab in graded:
-        path = locate(submission, lab)
+        path = locate(submission, lab, only=len(graded) == 1)
         if path is None:
             names = ", ".join(sorted(f"{n}{lab.exercise.suffix}" for n in _names(lab)))
             absent.append(Absent(lab, f"no file for lab {lab.number} in the submission: name it one of {names}, "
