@@ -67,7 +67,8 @@ def kit_files(root: Path, graded: list[labs.Lab]) -> list[Path]:
 def _naming(graded: list[labs.Lab]) -> str:
     rows = ["| lab | a file named (any one) | or, in a copy of the kit |", "|---|---|---|"]
     for lab in graded:
-        names = f"`{lab.number}.py`, `{lab.name}.py`, `{lab.folder.name}.py`"
+        names = f"`{lab.number}.py`, `{lab.name}.py`, `{lab.folder.name}.py`" + \
+            (f", `{lab.exercise.name}`" if len(graded) == 1 else "")
         rows.append(f"| {lab.number} {lab.title} | {names} | `labs/{lab.folder.name}/exercise.py` |")
     return "\n".join(rows)
 
