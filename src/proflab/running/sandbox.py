@@ -111,17 +111,26 @@ def interpreter_folders() -> tuple[Path, ...]:
 
 
 def engine() -> Engine:
-    """The sandbox engine, tried once per process: a real sandbox that runs this Python and imports the kit.
+    """The sandbox engine, tried once per process (and again only if what it depends on changes: the
+    engine named, the user, the kit's folder, the temporary folder): a real sandbox that runs this Python
+    and imports the kit. Every run asks for it; a probe each time cost a grading of six files 10 s of 38.
 
     As root, the sandbox is started as ``nobody``; where ``nobody`` cannot
     read this Python (an interpreter under ``/root``), it is started as root
     instead: still ``nobody`` inside, with no capability anywhere, its own
     namespaces, and every mount read-only but its box (``Engine.as_root``).
     """
+    given = os.environ.get(ENGINE_ENV)
+    return _probe(given, shutil.which("bwrap") if given is None else None, os.geteuid(), str(paths.root()),
+                  tempfile.gettempdir())
+
+
+@functools.lru_cache(maxsize=8)
+def _probe(given: str | None, found_on_path: str | None, euid: int, root: str, tmp: str) -> Engine:
+    """``engine()``, for what it depends on (its arguments: the probe reads them from the process as well)."""
     if not sys.platform.startswith("linux"):
         return Engine(False, f"the sandbox engine (bubblewrap) needs Linux; this is {sys.platform}")
-    given = os.environ.get(ENGINE_ENV)
-    bwrap = given if given is not None else shutil.which("bwrap")
+    bwrap = given if given is not None else found_on_path
     if not bwrap or not os.access(bwrap, os.X_OK):
         return Engine(False, "bubblewrap is not installed (Debian, Ubuntu: `sudo apt-get install bubblewrap`; "
                              "Fedora: `sudo dnf install bubblewrap`)")
