@@ -78,6 +78,8 @@ def main() -> int:
         quiet.append(run.seconds)
         runs.append(("quiet", run))
         print(f"quiet run {i + 1}: {run.seconds:.0f} s, score {run.results['score']}", flush=True)
+        if i == 0:
+            print(run.results["output"], "\n", run.results["tests"][-1], flush=True)
     stop = multiprocessing.Event()
     hog = multiprocessing.Process(target=spin, args=(stop,), daemon=True)
     hog.start()

@@ -39,7 +39,7 @@ def valid(results: dict) -> None:
     jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text(encoding="utf-8"))).validate(results)
 
 
-def tests_of(results: dict, lab: int) -> list[dict]:
+def lab_tests(results: dict, lab: int) -> list[dict]:
     return [t for t in results["tests"] if t.get("tags", [""])[0] == f"lab-{lab}"]
 
 
@@ -94,14 +94,14 @@ def test_a_failing_fix_and_a_missing_lab_each_say_why_with_no_points(image, tmp_
     run = img.run(tmp_path / "c", {"04_syncs.py": still_slow.encode()}, WHO)
     assert run.proc.returncode == 0 and run.results is not None, run.proc.stderr[-3000:]
     valid(run.results)
-    lab4 = {t["name"].split(" · ")[1]: t for t in tests_of(run.results, 4)}
+    lab4 = {t["name"].split(" · ")[1]: t for t in lab_tests(run.results, 4)}
     assert lab4["It runs"]["status"] == "passed"
     assert lab4["The bottleneck is gone"]["status"] == "failed" and lab4["The bottleneck is gone"]["score"] == 0
     assert "host round trips" in lab4["The bottleneck is gone"]["output"]
-    [missing] = tests_of(run.results, 2)
+    [missing] = lab_tests(run.results, 2)
     assert missing["status"] == "failed" and missing["score"] == 0 and missing["max_score"] > 0
     assert "no file for lab 2" in missing["output"] and "embeddings.py" in missing["output"]
-    assert run.results["score"] == sum(t.get("score", 0) for t in tests_of(run.results, 4))
+    assert run.results["score"] == sum(t.get("score", 0) for t in lab_tests(run.results, 4))
 
 
 def test_a_file_that_does_not_parse_and_an_untouched_exercise_get_clear_results(image, tmp_path):
@@ -111,9 +111,9 @@ def test_a_file_that_does_not_parse_and_an_untouched_exercise_get_clear_results(
     run = img.run(tmp_path / "c", files, WHO)
     assert run.proc.returncode == 0 and run.results is not None, run.proc.stderr[-3000:]
     valid(run.results)
-    runs = next(t for t in tests_of(run.results, 4) if t["tags"][1] == "runs")
+    runs = next(t for t in lab_tests(run.results, 4) if t["tags"][1] == "runs")
     assert runs["status"] == "failed" and "SyntaxError" in runs["output"] and "line 1" in runs["output"]
-    [untouched] = tests_of(run.results, 2)
+    [untouched] = lab_tests(run.results, 2)
     assert "exercise as handed out" in untouched["output"] and untouched["score"] == 0
     assert "mycopy/labs/02_embeddings/exercise.py" in untouched["output"]
     assert run.results["score"] == 0
@@ -125,7 +125,7 @@ def test_a_cheat_fails_and_the_results_are_the_autograders(image, tmp_path):
     run = img.run(tmp_path / "c", {"4.py": (CHEATS / "lab4_nan_by_nonzero.py").read_bytes()}, WHO)
     assert run.proc.returncode == 0 and run.results is not None, run.proc.stderr[-3000:]
     valid(run.results)
-    lab4 = {t["tags"][1]: t for t in tests_of(run.results, 4)}
+    lab4 = {t["tags"][1]: t for t in lab_tests(run.results, 4)}
     assert lab4["evidence"]["status"] == "failed" and lab4["faster"]["status"] == "failed"
     assert "aten::nonzero" in lab4["evidence"]["output"] or "round trips" in lab4["evidence"]["output"]
     assert run.results["score"] < sum(t["max_score"] for t in lab4.values())
