@@ -66,7 +66,10 @@ def python_on_path(tmp_path_factory) -> Path:
     purelib = subprocess.run([str(where / "venv" / "bin" / "python"), "-c",
                               "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              check=True, capture_output=True, text=True).stdout.strip()
-    Path(purelib, "runner-cache.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # every folder of packages this Python sees (its own, and any a .pth of it adds): torch among them
+    seen = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    Path(purelib, "runner-cache.pth").write_text("\n".join(dict.fromkeys([sysconfig.get_paths()["purelib"], *seen]))
+                                                 + "\n")
     return where / "venv" / "bin"
 
 
