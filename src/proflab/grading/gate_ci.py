@@ -36,6 +36,20 @@ RUNNER_ADVICE = """#
 # should sit above it."""
 
 
+def upload_step(title: str, name: str, kept: list[str]) -> str:
+    """A GitHub Actions step that keeps ``kept`` as the artifact ``name``, whatever the job's verdict."""
+    files = "\n".join(f"            {path}" for path in kept)
+    return f"""      - name: {title}
+        if: always()
+        uses: actions/upload-artifact@v4
+        with:
+          name: {name}
+          path: |
+{files}
+          if-no-files-found: ignore
+"""
+
+
 def gate_command(base: str, file: str | None) -> str:
     target = f"{file} " if file else ""
     return f'proflab gate {target}--against "{base}" --junit {JUNIT} --json-out {REPORT}'
@@ -66,17 +80,7 @@ jobs:
 {_lines(install, "          ")}
       - name: Gate against ${{{{ github.base_ref }}}}
         run: {gate_command("origin/${{ github.base_ref }}", file)}
-      - name: Keep the JUnit file and both traces
-        if: always()
-        uses: actions/upload-artifact@v4
-        with:
-          name: proflab-gate
-          path: |
-            {JUNIT}
-            {REPORT}
-            {trace_dir}/
-          if-no-files-found: ignore
-"""
+{upload_step("Keep the JUnit file and both traces", "proflab-gate", [JUNIT, REPORT, f"{trace_dir}/"])}"""
 
 
 def gitlab(install: list[str], file: str | None = None, trace_dir: str = "runs/gate") -> str:

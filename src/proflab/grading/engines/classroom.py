@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ... import __version__, labs
+from ..gate_ci import upload_step
 
 WORKFLOW = Path(".github/workflows/proflab.yml")
 JUNIT = "proflab.xml"
@@ -109,17 +110,9 @@ jobs:
         run: |
           proflab grade --merge {RECORD} --format markdown --out {SUMMARY}
           cat {SUMMARY} >> "$GITHUB_STEP_SUMMARY"
-      - name: Keep the JUnit file and the record
-        if: always()
-        uses: actions/upload-artifact@v4
-        with:
-          name: proflab-results
-          path: |
-            {JUNIT}
-            {RECORD}
-          if-no-files-found: ignore
+{upload_step("Keep the JUnit file and the record", "proflab-results", [JUNIT, RECORD])}\
       - name: Every lab passed
-        run: proflab grade --merge {RECORD} --require-pass --format markdown --out {SUMMARY}
+        run: proflab grade --merge {RECORD} --require-pass --format markdown
 """
 
 
