@@ -243,7 +243,13 @@ def test_lab_7_brings_the_fix_it_gates_to_a_learner_who_never_did_lab_1(trial_ga
     kit, code, report = trial_gate
     assert (kit.lab1 / "exercise.py").read_bytes() == (kit.lab1 / "original.py").read_bytes()  # lab 1 untouched
     assert code == 0, f"{report.get('error')}; {[(c['name'], c['status'], c['rationale']) for c in report['checks']]}"
-    assert report["slowdown"]["high"] < 1.0, f"the fix is an improvement on the original: {report['slowdown']}"
+    # Lab 1's reference fix: it clears lab 1's own threshold (the gate stops once "no regression" is called, so
+    # its interval after two rounds may still reach past 1.0; its median is the improvement)
+    from proflab import labs
+
+    lab1 = labs.resolve("1", labs.discover(kit.root / "labs"))
+    assert report["slowdown"]["median"] < 1 / lab1.threshold("cpu"), \
+        f"the fix is an improvement on the original: {report['slowdown']}"
     assert "DataLoader" in report["because"].get("faster", ""), report["because"]
 
 
