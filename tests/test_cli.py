@@ -115,8 +115,12 @@ def test_the_lab_file_runs_directly_with_python(fresh_kit):
     proc = subprocess.run([sys.executable, "solution.py"], cwd=fresh_kit.lab1, env=fresh_kit.env(),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "_MultiProcessingDataLoaderIter" in proc.stdout
-    assert list((fresh_kit.root / "runs" / "01-dataloader" / "reference").glob("*.pt.trace.json"))
+    traces = list((fresh_kit.root / "runs" / "01-dataloader" / "reference").glob("*.pt.trace.json"))
+    assert traces, proc.stdout
+    # its DataLoader's workers are in the trace (the printed table lists the costliest rows only: with the
+    # workers ahead, the wait for a batch may be too small to be one of them)
+    names = {e.get("name", "") for e in json.loads(traces[0].read_text())["traceEvents"]}
+    assert any("_MultiProcessingDataLoaderIter" in n for n in names), sorted(names)[:40]
 
 
 def test_heavy_profiler_options_are_opt_in(fresh_kit):
