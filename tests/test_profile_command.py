@@ -199,7 +199,7 @@ def test_a_script_that_hangs_is_stopped_at_its_timeout_and_said_so(tmp_path):
     script = tmp_path / "hangs.py"
     script.write_text(INFERENCE.replace("import helper  #", "#").replace("helper.WORD", "'x'")
                       + "import time\ntime.sleep(600)\n")
-    code, stdout, stderr, found = profile(tmp_path, "--timeout", "20", "--steps", "20:23", str(script),
+    code, stdout, stderr, found = profile(tmp_path, "--timeout", "10", "--steps", "20:23", str(script),
                                           "--batches", "9", timeout=120)
     assert code == 124, explain(code, stdout, stderr)
-    assert "stopped after --timeout 20 s" in stderr and "Traceback" not in stderr, stderr
+    assert "stopped after --timeout 10 s" in stderr and "Traceback" not in stderr, stderr
