@@ -82,6 +82,16 @@ class Evidence:
     # Calls that look like a fix and are not one (``[evidence.not_a_fix]``: the call, why not), told to
     # a learner whose file calls one and still fails: gc.collect() frees nothing still referenced.
     not_a_fix: tuple[tuple[str, str], ...] = ()
+    # Parts of the figure a sound fix still makes, per step, not held against the bound (``[evidence.allow]``:
+    # the measure's detail, how many): lab 4's confusion matrix counted with torch.bincount is one read a step.
+    allow: tuple[tuple[str, float], ...] = ()
+
+    def counted(self, value: float, details: dict | None = None) -> float:
+        """The figure held against the bound: ``value`` less what ``allow`` lets through (at most as many
+        of each allowed part as the measure's ``details`` hold)."""
+        details = details or {}
+        spared = sum(min(float(details.get(name) or 0.0), float(n)) for name, n in self.allow)
+        return round(max(value - spared, 0.0), 6)
 
     def holds(self, value: float, original: float) -> bool:
         if self.max is not None and value > self.max:
@@ -102,7 +112,8 @@ class Evidence:
             parts.append(f"at most {format_value(self.max, self.unit)}")
         if self.min is not None:
             parts.append(f"at least {format_value(self.min, self.unit)}")
-        return " and ".join(parts)
+        spared = ", ".join(f"{n:g} {name}" for name, n in self.allow)
+        return " and ".join(parts) + (f" (beside {spared} {self.unit}, not counted)" if spared else "")
 
 
 def format_value(value: float, unit: str) -> str:
@@ -306,6 +317,10 @@ class Lab:
     # which other jobs on the machine barely move); and why, in a sentence for the report and the page.
     timing: dict[str, str] = field(default_factory=dict)
     timing_why: str = ""
+    # Whether time spent in torch.compile's compiling is left out of a version's time ([timing] compile =
+    # true: a lab whose lesson a compiled fix may learn). Elsewhere compiling is work like any other: the
+    # compiler runs code of the file's own while it compiles, which no mark can tell from its own work.
+    compile_credit: bool = False
     # Every figure the fix must bring down, in order (``[[evidence]]``, a lab with several bottlenecks at
     # once: each is measured in both traces and must meet its own bound); a lab with one ``[evidence]``
     # table has it alone here. The first is ``evidence``, and holds the lab's work floor (work_ops).
@@ -488,9 +503,11 @@ _PEAK_SHARE = _Kind("a share of the original's peak memory, above 0 and below 1 
 _PEAK_SHARES: Spec = {"cpu": (_PEAK_SHARE, True), "cuda": (_PEAK_SHARE, False)}
 FIGURES = ("wall_time", "cpu_time")  # what a step's time is, per device: the clock, or the run's CPU seconds
 _FIGURE = _Kind("\"wall_time\" or \"cpu_time\"", lambda v: v in FIGURES)
-_TIMING: Spec = {"cpu": (_FIGURE, False), "cuda": (_FIGURE, False), "why": (_TEXT, True)}
+_TIMING: Spec = {"cpu": (_FIGURE, False), "cuda": (_FIGURE, False), "why": (_TEXT, True), "compile": (_BOOL, False)}
 _NOT_A_FIX = _Kind("a table of calls and why each is not a fix ({\"gc.collect\" = \"...\"})",
                    lambda v: isinstance(v, dict) and all(_is_text(x) for x in v.values()))
+_ALLOW = _Kind("a table of a figure's parts and how many of each are not counted ({\"bincount()\" = 1})",
+               lambda v: isinstance(v, dict) and all(_is_text(k) and _is_number(x) and x >= 0 for k, x in v.items()))
 _PROFILE: Spec = {"labels": (_TEXTS, True), "max_steps": (_integer(1), True), "where": (_STRING, False),
                   "kit_steps": (_integer(2, ": the first profiled step only warms the profiler up"), False)}
 
@@ -533,6 +550,7 @@ def _evidence_spec() -> Spec:
         "same_shapes": (_TEXT, False),
         "more_to_gain_above": (_NOT_NEGATIVE, False),
         "not_a_fix": (_NOT_A_FIX, False),
+        "allow": (_ALLOW, False),
     }
 
 
@@ -642,7 +660,8 @@ def _evidence(table: dict, where: str, p: _Problems) -> Evidence | None:
     if len(p.lines) > before:
         return None
     return Evidence(**{**good, "work_ops": tuple(good.get("work_ops", ())),
-                       "not_a_fix": tuple(good.get("not_a_fix", {}).items())})
+                       "not_a_fix": tuple(good.get("not_a_fix", {}).items()),
+                       "allow": tuple((k, float(v)) for k, v in good.get("allow", {}).items())})
 
 
 def _files(table: dict, folder: Path, p: _Problems) -> dict[str, Path]:
@@ -762,6 +781,7 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
         if gating and len(gating) >= 6 else None,
         timing={device: figure for device, figure in timing.items() if device in DEVICES},
         timing_why=timing.get("why", ""),
+        compile_credit=bool(timing.get("compile", False)),
     )
 
 

@@ -123,18 +123,57 @@ def first_step_allowance(lab: labs.Lab, originals: list[execute.Outcome], figure
     return (stats.median(firsts) if firsts else 0.0) * FIRST_STEP_SLACK + FIRST_STEP_SLACK_S + lab.workload.startup_s
 
 
-def counted_step_s(run: execute.Outcome, allowance_s: float, figure: str = "wall_time") -> float:
+# What a version does after its timed window (its profiled steps, its shutdown) may take this much longer
+# than the original does there, for scheduling noise, before the excess counts as work moved out of the
+# window. The lab's ``startup_s`` is allowed there too: worker processes started are also shut down.
+AFTER_SLACK = 1.10
+AFTER_SLACK_S = 0.05
+
+
+def _after_key(figure: str) -> str:
+    return "cpu_after_s" if figure == "cpu_time" else "after_s"
+
+
+def after_allowance(lab: labs.Lab, originals: list[execute.Outcome], figure: str = "wall_time") -> dict[int, float]:
+    """How long a version may run after its timed window and have none of it counted, in seconds, per
+    kind of run (by the steps it was asked for: a first run is profiled after its window, a later one is
+    not): what the original's runs of that kind took there (their median), with a little slack. Empty for
+    a lab whose learner profiles itself (lab 0: its own trace is written after the window)."""
+    if lab.profiling is not None:
+        return {}
+    key = _after_key(figure)
+    kinds: dict[int, list[float]] = {}
+    for o in originals:
+        if key in o.result:
+            kinds.setdefault(o.steps_asked, []).append(float(o.result[key]))
+    return {steps: stats.median(values) * AFTER_SLACK + AFTER_SLACK_S + lab.workload.startup_s
+            for steps, values in kinds.items()}
+
+
+def after_excess_s(run: execute.Outcome, after: dict[int, float] | None, figure: str = "wall_time") -> float:
+    """The seconds ``run`` spent after its timed window beyond its allowance (``after_allowance``), which
+    count as its steps' own: 0 where either is unknown."""
+    if not after or run.steps_asked not in after:
+        return 0.0
+    spent = run.result.get(_after_key(figure))
+    return max(0.0, float(spent) - after[run.steps_asked]) if spent is not None else 0.0
+
+
+def counted_step_s(run: execute.Outcome, allowance_s: float, figure: str = "wall_time",
+                   after: dict[int, float] | None = None) -> float:
     """The time per step the speed-up compares: every warm-up and timed step, stamped by the checker,
-    less the time spent compiling and at most ``allowance_s`` of the first step; in wall time, or in the
-    CPU time the checker read from /proc over the same span (``figure``)."""
+    less the time spent compiling and at most ``allowance_s`` of the first step, and what the run did
+    after its window beyond the original (``after``: ``after_allowance``); in wall time, or in the CPU
+    time of every process the run ever started, read by the kernel over the same span (``figure``)."""
     r = run.result
+    moved = after_excess_s(run, after, figure)
     if figure == "cpu_time" and "cpu_span_s" in r:
         left_out = float(r["cpu_compile_s"]) + min(float(r["first_step_cpu_s"]), allowance_s)
-        return max(0.0, float(r["cpu_span_s"]) - left_out) / max(int(r["counted_steps"]), 1)
+        return (max(0.0, float(r["cpu_span_s"]) - left_out) + moved) / max(int(r["counted_steps"]), 1)
     if "span_s" not in r:  # a run without the checker's stamps (never the case in a check)
         return run.mean_step_s
     left_out = float(r["compile_s"]) + min(float(r["first_step_s"]), allowance_s)
-    return max(0.0, float(r["span_s"]) - left_out) / max(int(r["counted_steps"]), 1)
+    return (max(0.0, float(r["span_s"]) - left_out) + moved) / max(int(r["counted_steps"]), 1)
 
 
 def record_peaks(report: Report, originals: list[execute.Outcome], learners: list[execute.Outcome]) -> None:

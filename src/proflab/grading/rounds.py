@@ -28,7 +28,7 @@ from .. import errors, labs, paths
 from ..measuring import evidence, stats
 from ..running import execute, forkserver, sandbox, slots
 from .compare import Difference
-from .measures import (changed_during, counted_step_s, differs, figure_of, fingerprint, first_step_allowance,
+from .measures import (after_allowance, after_excess_s, changed_during, counted_step_s, differs, figure_of, fingerprint, first_step_allowance,
                        record_peaks, round_seed, stop_reason)
 from .publishing import name_the_file, publish_traces
 from .staging import Stage, original_reads, original_role, prepare_data, stage
@@ -186,8 +186,12 @@ class Rounds:
         report.figure = figure_of(lab, self.device, originals + learners)
         allowance = first_step_allowance(lab, originals, report.figure)
         first_key = "first_step_cpu_s" if report.figure == "cpu_time" else "first_step_s"
-        report.timings["original"] = [counted_step_s(o, allowance, report.figure) for o in originals]
-        report.timings["learner"] = [counted_step_s(o, allowance, report.figure) for o in learners]
+        after = after_allowance(lab, originals, report.figure)
+        report.timings["original"] = [counted_step_s(o, allowance, report.figure, after) for o in originals]
+        report.timings["learner"] = [counted_step_s(o, allowance, report.figure, after) for o in learners]
+        report.after = {"allowance_s": after, "original_s": [_after_of(o, report.figure) for o in originals],
+                        "learner_s": [_after_of(o, report.figure) for o in learners],
+                        "counted_s": [after_excess_s(o, after, report.figure) for o in learners]}
         report.first_step = {"allowance_s": allowance, **{
             which: stats.median([float(o.result.get(first_key, 0.0)) for o in runs_of])
             for which, runs_of in (("original_s", originals), ("learner_s", learners))}}
@@ -246,6 +250,12 @@ class Rounds:
         round limit and while it fits in its time budget.
         """
         return stop_reason(self.lab, self.settled(self), self.round_no, elapsed_s)
+
+
+def _after_of(run: execute.Outcome, figure: str) -> float | None:
+    """What a run spent after its timed window, in the report's figure (None where it is not known)."""
+    spent = run.result.get("cpu_after_s" if figure == "cpu_time" else "after_s")
+    return float(spent) if spent is not None else None
 
 
 def _steps(lab: labs.Lab, which: str, first: bool) -> dict[str, Any] | None:

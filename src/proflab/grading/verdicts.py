@@ -99,6 +99,10 @@ class Report(Verdict):
     # The first step (import, set-up, first batch): the medians over each version's runs and what of it
     # is left out of the time ("allowance_s"), in seconds
     first_step: dict[str, float] = field(default_factory=dict)
+    # After the timed window (profiled steps, shutdown, anything else a run does there), in the report's
+    # figure: what each run spent ("original_s", "learner_s"), the allowance per kind of run
+    # ("allowance_s", by the steps asked), and what of each learner run counted ("counted_s")
+    after: dict[str, Any] = field(default_factory=dict)
     breakdown: dict[str, dict[str, Any]] = field(default_factory=dict)  # where a profiled step's time went
     # A lab graded on memory: the peaks, in MB, read from outside the runs ("original", "learner": one per
     # unprofiled round; "device_*" likewise on CUDA; "runs": every run's figures; "measured", "source":

@@ -206,6 +206,7 @@ def submission_record(graded: Graded) -> dict[str, Any]:
         "timings": r.timings,
         "step_times": r.step_times,
         "first_step": r.first_step,
+        "after": {k: ({str(n): a for n, a in v.items()} if isinstance(v, dict) else v) for k, v in r.after.items()},
         "latency": r.latency,
         "evidence": r.evidence,
         "evidences": r.evidences,  # every figure of a lab with several bottlenecks ([[evidence]])

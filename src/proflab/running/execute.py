@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import errors, labs, paths, quiet
-from . import compile_headers, forkserver, memory, processes, sandbox, slots, storage, torchrun
+from . import cgroups, compile_headers, forkserver, memory, processes, sandbox, slots, storage, torchrun
 from .marks import PAUSE_MARKS, Marks, _from_outside, _read_marks
 
 OUTPUT_TAIL_CHARS = 4000
@@ -92,20 +92,38 @@ FORK = True
 
 def _start(server, scratch: Path, spec: dict[str, Any], env: dict[str, str], workdir: Path, out, err,
            mark_fd: int, box=None):
-    """The run's first process: forked by ``server``, or (with no server, or one that fails to fork)
-    a fresh ``python -m proflab.running.runner SPEC``, in a sandbox of its own where ``box`` is given.
+    """The run's first process, and what reads its CPU time from the kernel (None where nothing can):
+    forked by ``server`` (its cgroup), or (with no server, or one that fails to fork) a fresh ``python -m
+    proflab.running.runner SPEC`` in a cgroup of its own, in a sandbox of its own where ``box`` is given.
     A distributed lab's starts its torchrun job (``torchrun``)."""
     if server is not None:
         try:
-            return server.spawn(scratch / "spec.json", workdir, env, out.fileno(), err.fileno(), mark_fd)
+            return server.spawn(scratch / "spec.json", workdir, env, out.fileno(), err.fileno(), mark_fd), \
+                server.run_cpu_s
         except forkserver.ServerError:
             spec["mark_fd"] = mark_fd
             (scratch / "spec.json").write_text(json.dumps(spec))
     argv = [sys.executable, "-m", "proflab.running.runner", str(scratch / "spec.json")]
     if box is not None:
         argv = box.command(argv, cwd=workdir)
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=workdir, env=env,
-                            start_new_session=True, pass_fds=(mark_fd,))
+    group = cgroups.make("run")
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=workdir, env=env,
+                                start_new_session=True, pass_fds=(mark_fd,), preexec_fn=cgroups.entering(group))
+    except BaseException:
+        if group is not None:
+            group.remove()
+        raise
+    if group is None or proc.pid not in group.pids():
+        if group is not None:
+            group.remove()
+        return proc, None
+    _groups[proc.pid] = group
+    return proc, group.usage_s
+
+
+# The cgroups of runs started as fresh processes, removed once each run is over.
+_groups: dict[int, cgroups.Group] = {}
 
 
 def _stop(proc, tree: processes.Tree) -> None:
@@ -233,6 +251,8 @@ def run(
         # memory profiles the main thread only; its audit allows no threads of the learner's.)
         "all_threads": checking and not lab.leaner,
         "compile_marks": _mentions(file, "compile"),
+        # whether the time compiling takes is left out at all ([timing] compile): elsewhere it is work
+        "compile_credit": lab.compile_credit,
         # Lab 0: the file profiles itself, into trace_dir; the kit's profiler stays off.
         "learner_profiles": lab.profiling is not None,
         "preimport": _mentions(file, "compile", "optim"),
@@ -446,6 +466,8 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
     result_path = Path(spec["result_path"])
     out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
     child["pause"] = bool(spec["pause_marks"])
+    if not nproc:  # the mark channel, as the checker looks for it in the run's /proc (``marks._channel``)
+        child["pipe"] = os.fstat(read_end).st_ino
     child["profile_steps"] = int(spec.get("profile_steps") or 0)
     readers = [threading.Thread(target=_read_marks, args=(read_end, marks, child), daemon=True)]
     rank_marks = [Marks() for _ in range(nproc)]  # a torchrun job's: every rank's, each from its FIFO
@@ -455,14 +477,16 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
     global _oom_at_start
     _oom_at_start = _oom_kills()
     started = time.perf_counter()
-    proc = tree = None
+    proc = tree = counter = None
     stopped, peak_mb, reached = "", 0.0, ""
     with out_file as out, err_file as err:
         try:
             try:
-                proc = _start(server, scratch, spec, env, workdir, out, err, write_end, box)
+                proc, counter = _start(server, scratch, spec, env, workdir, out, err, write_end, box)
             finally:
                 os.close(write_end)
+            child["cpu"] = counter
+            child["mark_fd"] = spec["mark_fd"]  # the number the run was given it at (a fresh process: another)
             started = time.perf_counter()  # the time limit counts from the run's start, not its server's imports
             if isinstance(proc, forkserver.Child) and server.box is not None:  # every process of its sandbox
                 tree = sandbox.Tree(proc.pid, server.namespace, {server.init_pid, server.pid})
@@ -498,6 +522,8 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
                     proc.wait(timeout=memory.SAMPLE_S if watch is not None else POLL_S)
                 except subprocess.TimeoutExpired:
                     pass
+            if not stopped:
+                marks.exited = time.perf_counter()  # the run's own process ended: what it did after its steps ends
         finally:  # also on Ctrl-C: stop the run and every process it started, wherever it moved
             if watch is not None:
                 watch.stop()
@@ -509,6 +535,11 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
             reached = server.tampered() if server is not None and server.box is not None else ""
             if proc is not None:
                 _stop(proc, tree or processes.Tree(proc.pid, others))
+                # Everything the run ever started is gone now: the kernel's count holds all of its CPU
+                marks.final_cpu = counter() if counter is not None else None
+                group = _groups.pop(proc.pid, None)
+                if group is not None:
+                    group.remove()
             if readers[0].ident is None:  # the run never started: its end of the pipe is this process's to close
                 os.close(read_end)
             torchrun.release(fifo_paths)  # a reader still waiting for a rank that never opened its FIFO
@@ -731,6 +762,8 @@ NO_STEPS = "no steps"  # a trace without ProfilerStep# events: profiled without 
 def _take_learner_trace(outcome: Outcome, folder: Path) -> None:
     """Lab 0: the trace the file's own profiler wrote into ``folder``, read once its run has ended.
 
+    A trace is a ``*.pt.trace.json[.gz]`` file (``tensorboard_trace_handler``'s), or where there is none,
+    a file of any other name ending in ``.json`` or ``.json.gz`` (``export_chrome_trace``'s).
     ``result["trace"]`` is the one trace found (None when there is none, or
     several: ``traces_found`` says how many), prepared for TensorBoard here;
     ``outcome.trace`` is it, parsed, or ``result["trace_error"]`` says why not.
@@ -740,9 +773,14 @@ def _take_learner_trace(outcome: Outcome, folder: Path) -> None:
     from ..measuring import evidence
     from ..measuring.traces import fix_for_plugin, parse
 
-    found = sorted(p for p in folder.glob("*.pt.trace.json*") if p.is_file() and not p.is_symlink()) \
-        if folder.is_dir() else []
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink()) if folder.is_dir() else []
+    # tensorboard_trace_handler's traces (<worker>.<time>.pt.trace.json[.gz]); else a trace written under any
+    # name ending in .json or .json.gz (prof.export_chrome_trace(".../trace.json")).
+    found = [p for p in files if ".pt.trace.json" in p.name and not p.name.endswith(".tmp")] or \
+        [p for p in files if p.name.endswith((".json", ".json.gz"))]
     outcome.result["traces_found"] = len(found)
+    if not found:  # what it wrote instead, named in the check's verdict
+        outcome.result["trace_dir_files"] = [p.name for p in files[:5]]
     outcome.result["trace"] = str(found[0]) if len(found) == 1 else None
     if len(found) != 1:
         return

@@ -44,6 +44,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import cgroups
+
 PR_SET_DUMPABLE = 4
 MARK_FD = 3  # the mark pipe's number in a forked child
 MESSAGE_MAX = 1 << 20
@@ -174,17 +176,26 @@ class Server:
                 "sandboxed" if self.box else "plain"]
         if self.box is not None:
             argv = self.box.command(argv, cwd=Path(self.home))
+        # The server, its sandbox and every run forked from it in a cgroup of their own: the runs' CPU is read
+        # from the kernel's count for it, less the server's own (``run_cpu_s``)
+        self.group = cgroups.make("server")
         try:
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log, env=env, cwd=self.home,
-                start_new_session=True, pass_fds=(theirs.fileno(),))
+                start_new_session=True, pass_fds=(theirs.fileno(),),
+                preexec_fn=cgroups.entering(self.group))
         except OSError:
             mine.close()
             self.log.close()
             self._remove_home()
+            if self.group is not None:
+                self.group.remove()
             raise
         finally:
             theirs.close()
+        if self.group is not None and self.proc.pid not in self.group.pids():
+            self.group.remove()
+            self.group = None
         self.pid: int | None = None if self.box else self.proc.pid  # the server's own process, as seen here
         self.namespace: str | None = None  # its PID namespace (a sandbox's)
         self.init_pid: int | None = None  # the sandbox's first process (bubblewrap's, PID 1 inside)
@@ -240,6 +251,17 @@ class Server:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def run_cpu_s(self) -> float | None:
+        """CPU seconds the runs forked from this server have used so far, every process they ever started
+        included, as the kernel counts them: the cgroup's usage less the server's own and its sandbox's
+        (bubblewrap's two processes). None where there is no cgroup."""
+        if self.group is None:
+            return None
+        usage = self.group.usage_s()
+        if usage is None:
+            return None
+        return usage - cgroups.own_cpu_s((self.proc.pid, self.init_pid, self.pid))
 
     def spawn(self, spec_path: Path, cwd: Path, env: dict[str, str], stdout: int, stderr: int,
               mark: int) -> Child:
@@ -339,6 +361,8 @@ class Server:
                 self.proc.wait()
         self.log.close()
         self._remove_home()
+        if self.group is not None:
+            self.group.remove()
 
     def _remove_home(self) -> None:
         if self.box is not None:

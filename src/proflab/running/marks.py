@@ -41,6 +41,12 @@ class Marks:
     busy: list[float] = field(default_factory=list)  # at each "C" and "c": CPU seconds the whole run had used
     total: dict[str, float] = field(default_factory=dict)  # at "B", the first "W", "S" and "E": the run's CPU seconds
     cpu_in_ticks: bool = False  # some thread's time was read in clock ticks (no ``schedstat``), not in ns
+    held: float = 0.0  # how long the run waited stopped at the checker's pauses: left out of every stamp
+    exited: float | None = None  # when the run's own process ended (this process's clock), once it did
+    final_cpu: float | None = None  # the run's CPU once all it started was gone: the kernel's count
+    from_proc: bool = False  # some CPU reading fell back to a scan of /proc (no cgroup): not the kernel's count
+    unpaused: list[str] = field(default_factory=list)  # the pausing marks at which the run did not stop
+    channel: str = ""  # what the run did to the mark channel, seen from outside (a second handle, a swap)
 
     def times(self, code: str) -> list[float]:
         return [t for c, t in self.stamps if c == code]
@@ -49,13 +55,17 @@ class Marks:
 # The marks after which the run stops itself until its CPU time is read: the first of each, but the last "Q"
 # (the end of the profiled steps), whose count the checker knows (``child["profile_steps"]``).
 PAUSE_MARKS = "BWSEPQ"
-PAUSE_WAIT_S = 0.5  # how long the checker waits for a run to stop itself at such a mark
+# How long the checker waits for a run to stop itself at such a mark: the runner stops at once after
+# writing it (microseconds of work), so only a machine too busy to schedule it for seconds takes longer.
+PAUSE_WAIT_S = 3.0
 TREE_WAIT_S = 2.0  # how long a mark may wait for the run's process tree to be known
 
 
-def _paused(child: dict, code: str, seen: set[str], last_q: bool = False) -> int | None:
+def _paused(child: dict, code: str, seen: set[str], marks: Marks, last_q: bool = False) -> int | None:
     """At a pausing mark (its first time; for "Q" its last), the run's own process once it has stopped
-    itself (None for another mark, or a process that is not found): read it, then continue it (``_resume``)."""
+    itself (None for another mark, or a process that is not found): read it, then continue it (``_resume``).
+    A run that does not stop there did not write the mark where the runner does: noted on ``marks``
+    (``unpaused``), which fails the run, and its time is not held."""
     if code not in PAUSE_MARKS or code in seen or (code == "Q" and not last_q):
         return None
     seen.add(code)
@@ -66,12 +76,61 @@ def _paused(child: dict, code: str, seen: set[str], last_q: bool = False) -> int
         return None
     pid = _run_process(child["tree"])
     deadline = time.perf_counter() + PAUSE_WAIT_S
-    while time.perf_counter() < deadline:
+    while True:
         info = processes.stat(pid)
-        if info is None or info[4] in ("T", "t", "Z", "X"):
-            break
+        if info is None or info[4] in ("Z", "X"):
+            return None  # gone: the run's end says what happened
+        if info[4] in ("T", "t"):
+            return pid
+        if time.perf_counter() >= deadline:
+            marks.unpaused.append(code)
+            return None
         time.sleep(0.0002)
-    return pid
+
+
+def _run_cpu(child: dict, marks: Marks) -> float:
+    """CPU seconds the whole run has used so far: the kernel's count for its cgroup (``cgroups``), every
+    process it ever started included; where there is none, a scan of its live processes in /proc."""
+    counter = child.get("cpu")
+    if counter is not None:
+        used = counter()
+        if used is not None:
+            return used
+    marks.from_proc = True
+    return run_cpu_s(child["tree"], child.get("members")) if "tree" in child else 0.0
+
+
+def _channel(child: dict) -> str:
+    """What the run has done to the mark channel, seen from outside in /proc (""): the run's own process
+    must hold it at the descriptor the runner was given, and no process of the run at any other (a copy
+    kept to write marks the runner did not). A process it forked inherits it at that same number."""
+    pipe, expected = child.get("pipe"), child.get("mark_fd")
+    if pipe is None or "tree" not in child:
+        return ""
+    target = f"pipe:[{pipe}]"
+    main = _run_process(child["tree"])
+    held_by_main = False
+    for pid in dict.fromkeys([main, *(child.get("members") or [])]):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") != target:
+                    continue
+            except OSError:
+                continue
+            if int(fd) == expected:
+                held_by_main = held_by_main or pid == main
+                continue
+            who = "its own process" if pid == main else f"process {sandbox.inner_pid(pid) or pid} of the run"
+            return (f"{who} holds a second handle on the checker's mark channel (descriptor {fd}, a copy of "
+                    f"descriptor {expected}): the marks are the runner's alone")
+    if not held_by_main and processes.stat(main) is not None:
+        return (f"its own process no longer holds the checker's mark channel at descriptor {expected}: something "
+                "closed or replaced it")
+    return ""
 
 
 def _resume(pid: int | None) -> float:
@@ -96,31 +155,34 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
     continued once read, and the time it waited is left out of the stamps.
     """
     seen: set[str] = set()
-    held = 0.0  # the time the run has waited stopped so far: left out of every later stamp
+    looked: set[str] = set()
     with os.fdopen(fd, "rb", buffering=0) as pipe:
         while chunk := pipe.read(1):
             arrived = time.perf_counter()
-            now = arrived - held
+            now = arrived - marks.held  # the time the run has waited stopped so far is left out
             code = chunk.decode("latin-1")
             last_q = code == "Q" and len(marks.times("Q")) + 1 == child.get("profile_steps", 0)
-            stopped = _paused(child, code, seen, last_q) if child.get("pause") else None
+            stopped = _paused(child, code, seen, marks, last_q) if child.get("pause") else None
+            if code in "BSEPQ" and code not in looked and not marks.channel:
+                looked.add(code)
+                marks.channel = _channel(child)
             if code == "H":
                 digest = b""
                 while len(digest) < 64 and (more := pipe.read(64 - len(digest))):
                     digest += more
                 marks.trace_sha256 = digest.decode("latin-1") if marks.trace_sha256 is None else "twice"
-            if code in ("B", "W", "S", "E") and code not in marks.total and "tree" in child:
-                # read at once, from the processes last scanned (a scan of every process takes longer)
-                marks.total[code] = run_cpu_s(child["tree"], child.get("members"))
+            if ((code in ("B", "W", "S", "E", "P", "H") and code not in marks.total) or last_q) and "tree" in child:
+                # read at once: the kernel's count (else the processes last scanned: a scan takes longer)
+                marks.total[code] = _run_cpu(child, marks)
             if (code in ("S", "E") or (code in "BP" and code not in marks.cpu) or last_q) and "tree" in child:
                 marks.cpu[code] = _cpu_by_task(child["tree"], marks)
             if code in ("C", "c"):
-                marks.busy.append(run_cpu_s(child["tree"]) if "tree" in child else 0.0)
+                marks.busy.append(_run_cpu(child, marks) if "tree" in child else 0.0)
             if code in ("B", "E"):
                 marks.wall.setdefault(code, time.time())
             marks.stamps.append((code, now))
             if stopped is not None:
-                held += _resume(stopped) - arrived
+                marks.held += _resume(stopped) - arrived
 
 
 def _expected_marks(spec: dict[str, Any]) -> str:
@@ -130,6 +192,11 @@ def _expected_marks(spec: dict[str, Any]) -> str:
 
 def _bad_marks(outcome: Outcome, marks: Marks, spec: dict[str, Any]) -> str:
     """Why the marks cannot be trusted, or ""."""
+    if marks.channel:
+        return marks.channel
+    if marks.unpaused:
+        return (f"it did not stop where the runner stops after mark {marks.unpaused[0]} (the checker reads its "
+                f"CPU there): marks written by anything but the runner count for nothing")
     steps = "".join(c for c, _ in marks.stamps if c not in "CcH")
     expected = _expected_marks(spec)
     if steps != expected:
@@ -148,6 +215,23 @@ def _bad_marks(outcome: Outcome, marks: Marks, spec: dict[str, Any]) -> str:
     if not has_trace and marks.trace_sha256 is not None:
         return "it sent the fingerprint of a trace it did not report"
     return ""
+
+
+def _profiled_span(marks: Marks, what: str) -> tuple[float | None, float | None]:
+    """When the kit's profiled steps began (the first "P") and its trace was written (the "H", else the last
+    "Q"): by the stamps (``what`` = "times") or the run's CPU then ("total"); (None, None) in a run that was
+    not profiled. What lies between is the profiled steps, which the trace and the timed steps answer for,
+    and the kit's own writing of the trace, whose length is the trace's size: it is not the run's work after
+    its window (``after_s``), which is the rest, up to the run's end."""
+    if what == "times":
+        ps, qs, hs = marks.times("P"), marks.times("Q"), marks.times("H")
+        if not ps or not qs:
+            return None, None
+        return ps[0], (hs[0] if hs else qs[-1])
+    total = marks.total
+    if "P" not in total or ("H" not in total and "Q" not in total):
+        return None, None
+    return total["P"], total.get("H", total.get("Q"))
 
 
 def _abridge(codes: str) -> str:
@@ -241,18 +325,32 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
     r["outside_window_s"] = outside
     r["mean_step_s"] = outside / max(spec["timed_steps"], 1)
     r["span_s"] = end - begin  # from the first warm-up step to the end of the timed window
-    r["compile_s"] = _compiling_s(marks, begin, start, reads)
+    # What the run did after its timed window, until its own process ended: its profiled steps, and
+    # whatever else it ran there. Beyond what the original does there, it counts against the run
+    # (``measures.after_allowance``): work moved out of the window is paid for where it went.
+    ended = marks.exited - marks.held if marks.exited is not None else None
+    profiled_from, profiled_to = _profiled_span(marks, "times")
+    if ended is not None:
+        r["after_s"] = max(0.0, ended - end) if profiled_from is None else \
+            max(0.0, profiled_from - end) + max(0.0, ended - profiled_to)
+    credit = bool(spec.get("compile_credit"))  # elsewhere compiling is work like any other: nothing left out
+    r["compile_s"] = _compiling_s(marks, begin, start, reads) if credit else 0.0
     if {"B", "W", "S", "E"} <= marks.total.keys() or ({"B", "S", "E"} <= marks.total.keys()
                                                      and not spec["warmup_steps"]):
         total = marks.total
         r["cpu_span_s"] = total["E"] - total["B"]  # what the checker's /proc says the run used, B to E
         r["cpu_window_s"] = total["E"] - total["S"]
-        r["cpu_compile_s"] = _compiling_cpu_s(marks, begin, start)
+        r["cpu_compile_s"] = _compiling_cpu_s(marks, begin, start) if credit else 0.0
         first_cpu = total.get("W", total["S"]) - total["B"]
-        r["first_step_cpu_s"] = max(0.0, first_cpu - _compiling_cpu_s(marks, begin, first_end))
+        r["first_step_cpu_s"] = max(0.0, first_cpu - (_compiling_cpu_s(marks, begin, first_end) if credit else 0.0))
+        if marks.final_cpu is not None and not marks.from_proc:  # every process it ever started
+            cpu_from, cpu_to = _profiled_span(marks, "total")
+            r["cpu_after_s"] = max(0.0, marks.final_cpu - total["E"]) if cpu_from is None else \
+                max(0.0, cpu_from - total["E"]) + max(0.0, marks.final_cpu - cpu_to)
+    r["cpu_source"] = "/proc" if marks.from_proc else "cgroup"
     r["compile_marked_s"] = sum(max(0.0, min(b, start) - max(a, begin))
                                 for a, b in zip(marks.times("C"), marks.times("c")))
-    r["first_step_s"] = max(0.0, (first_end - begin) - _compiling_s(marks, begin, first_end, reads))
+    r["first_step_s"] = max(0.0, (first_end - begin) - (_compiling_s(marks, begin, first_end, reads) if credit else 0.0))
     r["counted_steps"] = spec["warmup_steps"] + spec["timed_steps"] - (1 if spec["warmup_steps"] else 0)
     profiled = [q - p for p, q in zip(marks.times("P"), marks.times("Q"))]
     r["profiled_step_s"] = sum(profiled) / len(profiled) if profiled else 0.0

@@ -53,7 +53,7 @@ def decide(trial: Rounds, check: Check) -> str | None:
             expected, measured,
             "the machine was too busy to trust these timings: close other programs (or wait for other "
             "jobs to finish) and check again; --rounds N starts with more rounds")
-    check.details = _start_up_paid(lab, report, cmp) + how_timed(lab, report)
+    check.details = _start_up_paid(lab, report, cmp) + _after_paid(lab, report, cmp) + how_timed(lab, report)
     return verdict_of(check)
 
 
@@ -91,6 +91,20 @@ def how_timed(lab: labs.Lab, report) -> list[str]:
 # Said in the report when the first step's time beyond its allowance is at least this share of the
 # version's counted time.
 START_UP_SHARE_SHOWN = 0.2
+
+
+def _after_paid(lab: labs.Lab, report: Report, cmp: stats.Comparison) -> list[str]:
+    """A line for a version whose runs did more after their timed window than the original does there:
+    that excess counted as its steps' own."""
+    counted = [c for c in report.after.get("counted_s") or [] if c]
+    if not counted:
+        return []
+    unit = "CPU seconds" if report.figure == "cpu_time" else "s"
+    spent = [s for s in report.after.get("learner_s") or [] if s is not None]
+    theirs = [s for s in report.after.get("original_s") or [] if s is not None]
+    return [f"after the timed steps: your runs went on for {stats.median(spent):.2f} {unit} (the original's "
+            f"{stats.median(theirs):.2f}); {stats.median(counted):.2f} {unit} beyond the original's, with a little "
+            "slack, counted as your steps' own. Work moved out of the timed steps is paid for where it went"]
 
 
 def _start_up_paid(lab: labs.Lab, report: Report, cmp: stats.Comparison) -> list[str]:
