@@ -539,13 +539,18 @@ def rank_main(spec_path: str) -> int:
     the others at once instead of leaving them waiting for it in a collective."""
     from ..atomic import write_json
 
-    spec = _for_rank(json.loads(Path(spec_path).read_text()), int(os.environ.get("RANK", "0")))
+    from . import torchrun
+
+    rank = int(os.environ.get("RANK", "0"))
+    spec = _for_rank(json.loads(Path(spec_path).read_text()), rank)
     _stack_on_request(spec)
+    spec = torchrun.confine_rank(spec, rank)  # its files its own: no channel to the other ranks but the job's
     try:
         result = run(spec)
     except _Failure as f:
         result = {"status": "error", "kind": f.kind, "message": f.message, **f.where}
-    write_json(spec["result_path"], result)
+    write_json(spec["result_path"], torchrun.hand_over(spec, result))
+    torchrun.hand_over_result(spec)
     sys.stdout.flush()
     sys.stderr.flush()
     if result.get("status") != "ok":

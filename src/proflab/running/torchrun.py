@@ -216,3 +216,223 @@ def stuck(marks: list[Any]) -> str:
         return (f"every rank stopped after {low} step{'s' if low != 1 else ''} ({said}): one of them is stuck, "
                 "and the others wait for it in a collective (an all-reduce waits for every rank)")
     return f"rank {', '.join(map(str, behind))} stopped after {low} step{'s' if low != 1 else ''} ({said})"
+
+
+# --- each rank's files its own --------------------------------------------------------------------------
+#
+# The ranks of a job run in one sandbox, as one user: what one writes in /tmp, /dev/shm or the run's folder,
+# the other could read, and gradients averaged through such a file after every micro-batch are the
+# original's traffic, sent where no trace sees it. Before the lab file runs, each rank confines itself with
+# Landlock (Linux 5.13 and later, open to an unprivileged process): it keeps reading every read-only part of
+# the file system, and writes and reads only a folder of its own (``own_folder``), with its TMPDIR and HOME
+# there; the sandbox's writable folders (/tmp, /dev/shm, the run's) are closed to it but for what the runner
+# hands over (its result and its trace, moved out of its folder, never read back). Two ranks so confined are
+# two Landlock domains: neither can trace the other (``/proc/PID/mem``), and from ABI 6 neither can reach
+# the other's abstract Unix sockets or signal it. What stays shared is the network of the sandbox, the
+# collectives' (and their store's) own.
+
+_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same numbers on every architecture
+_VERSION = 1  # landlock_create_ruleset's flag: ask for the ABI version
+_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+# Access rights by ABI version (include/uapi/linux/landlock.h).
+_EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_FS_V1 = (1 << 13) - 1  # execute .. make_sym
+_REFER, _TRUNCATE, _IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
+_READ = _EXECUTE | _READ_FILE | _READ_DIR
+_FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | _TRUNCATE | _IOCTL_DEV
+# Writable mounts a rank keeps using as a process must: the kernel's views and its terminals.
+_KEPT_WRITABLE = ("/proc", "/dev/pts")
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI version this kernel offers (0: none: not Linux, too old, or switched off)."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        version = libc.syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_VERSION))
+    except (OSError, AttributeError):
+        return 0
+    return max(int(version), 0)
+
+
+def _mounts() -> dict[str, bool]:
+    """Every mount point this process sees -> whether it is writable (the last mount on a path wins)."""
+    found: dict[str, bool] = {}
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 5:
+            point = fields[4].replace("\\040", " ")
+            found[point] = "rw" in fields[5].split(",")
+    return found
+
+
+def _inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def readable_roots(mounts: dict[str, bool]) -> tuple[list[str], list[str]]:
+    """Where a confined rank may read: every part of the file system but the writable folders the ranks
+    share, as (folders, files) to grant; a read-only mount inside a shared folder (the kit in a temporary
+    folder) is read too. Device nodes bound writable are kept as files (``device_files``)."""
+    closed = sorted(p for p, rw in mounts.items()
+                    if rw and os.path.isdir(p) and not any(_inside(p, k) for k in _KEPT_WRITABLE))
+    folders: list[str] = []
+    files: list[str] = []
+
+    def walk(path: str) -> None:
+        if any(_inside(path, c) for c in closed):
+            return
+        if not any(_inside(c, path) for c in closed):
+            (folders if os.path.isdir(path) and not os.path.islink(path) else files).append(path)
+            return
+        try:
+            names = sorted(os.listdir(path))
+        except OSError:
+            return
+        for name in names:
+            walk(os.path.join(path, name))
+
+    walk("/")
+    # read-only mounts inside a closed folder (bound there for the run to read)
+    for point, rw in mounts.items():
+        if not rw and any(_inside(point, c) for c in closed) and os.path.isdir(point):
+            if not any(_inside(point, w) for w, w_rw in mounts.items() if w_rw and w != point and _inside(w, point)):
+                folders.append(point)
+    return folders, files
+
+
+def device_files(mounts: dict[str, bool]) -> list[str]:
+    """The device nodes bound writable (/dev/null, a GPU's): a rank keeps writing them."""
+    return sorted(p for p, rw in mounts.items() if rw and p.startswith("/dev/") and not os.path.isdir(p))
+
+
+def confine(own: Path) -> int:
+    """Confine this process (a rank, before the lab file runs) to its own folder ``own`` for everything it
+    writes, and to the read-only rest of the file system for what it reads. Returns the Landlock ABI used,
+    or 0 where the kernel offers none (the process is then left as it was)."""
+    import ctypes
+
+    abi = landlock_abi()
+    if abi < 1:
+        return 0
+    handled = _FS_V1 | (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0) | (_IOCTL_DEV if abi >= 5 else 0)
+    scoped = (_SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL) if abi >= 6 else 0
+
+    class RulesetAttr(ctypes.Structure):
+        _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                    ("scoped", ctypes.c_uint64)]
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = RulesetAttr(handled, 0, scoped)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return 0
+
+    def allow(path: str, access: int) -> None:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if not os.path.isdir(path):
+                access &= _FILE_RIGHTS
+            rule = PathBeneath(access & handled, fd)
+            libc.syscall(_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_PATH_BENEATH), ctypes.byref(rule),
+                         ctypes.c_uint32(0))
+        finally:
+            os.close(fd)
+
+    try:
+        mounts = _mounts()
+        folders, files = readable_roots(mounts)
+        for path in folders + files:
+            allow(path, _READ)
+        for path in device_files(mounts) + [p for p in _KEPT_WRITABLE if os.path.isdir(p)]:
+            allow(path, _READ | _WRITE_FILE | _TRUNCATE | _IOCTL_DEV)
+        allow(str(own), handled)
+        # What the runner hands over: its result and its trace, moved (renamed) into the run's folders.
+        for path in handover_folders():
+            allow(path, (1 << 8) | _REFER)  # make_reg, refer: a file moved in, never read back
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return 0
+        if libc.syscall(_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            return 0
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+_HANDOVER: list[str] = []
+
+
+def handover_folders() -> list[str]:
+    return list(_HANDOVER)
+
+
+def own_folder(spec: dict[str, Any], rank: int) -> Path:
+    """A rank's own folder, beside its result file: its TMPDIR and HOME, and where its trace is written."""
+    folder = Path(spec["result_path"]).parent / f"rank{rank}-own"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def confine_rank(spec: dict[str, Any], rank: int) -> dict[str, Any]:
+    """Make a rank's spec write into its own folder, point its temporary folders there, and confine it
+    (``confine``). The spec returned names the folders ``hand_over`` moves the rank's files back to."""
+    import tempfile
+
+    own = own_folder(spec, rank)
+    spec = {**spec, "own_folder": str(own), "handover": {}}
+    for key in ("result_path",):
+        spec["handover"][key] = spec[key]
+        spec[key] = str(own / Path(spec[key]).name)
+    if spec.get("trace_dir"):
+        spec["handover"]["trace_dir"] = spec["trace_dir"]
+        (own / "trace").mkdir(exist_ok=True)
+        spec["trace_dir"] = str(own / "trace")
+    for name in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "MPLCONFIGDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        os.environ[name] = str(own if name in ("HOME", "TMPDIR") else own / name.lower())
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    _HANDOVER[:] = sorted({str(Path(spec["handover"]["result_path"]).parent),
+                           *([spec["handover"]["trace_dir"]] if spec["handover"].get("trace_dir") else [])})
+    spec["confined"] = confine(own)
+    return spec
+
+
+def hand_over(spec: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """A confined rank's trace moved to the run's trace folder (the result names it there); the result
+    file is then written by the caller, in its own folder, and moved over by ``hand_over_result``."""
+    given = spec.get("handover") or {}
+    trace = result.get("trace")
+    if trace and given.get("trace_dir"):
+        moved = Path(given["trace_dir"]) / Path(trace).name
+        os.rename(trace, moved)
+        result = {**result, "trace": str(moved)}
+    result["confined"] = spec.get("confined", 0)
+    message = str(result.get("message", ""))
+    if result.get("status") != "ok" and spec.get("confined") and ("Permission denied" in message
+                                                                  or "PermissionError" in message):
+        result["message"] = (message + " (each rank of the job writes and reads only files of its own, in its "
+                             "TMPDIR: the ranks share nothing but torch.distributed's collectives)")
+    return result
+
+
+def hand_over_result(spec: dict[str, Any]) -> None:
+    given = spec.get("handover") or {}
+    if given.get("result_path"):
+        os.rename(spec["result_path"], given["result_path"])
