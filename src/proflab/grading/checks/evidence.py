@@ -26,7 +26,7 @@ from ...running import execute
 from ..rounds import Rounds
 from ..trial import FIRST_ROUND
 from ..verdicts import FAILED, Check, NotGraded, Report, where_to_look
-from . import several
+from . import rank_share, several
 
 NAME = "evidence"
 TITLE = "The bottleneck is gone"
@@ -88,6 +88,17 @@ def evidence_holds(lab: labs.Lab, report: Report, proof: Check, learner_run: exe
             proof.failed(f"{ev.work} ran on other shapes than the original's", "the original's: " + "; ".join(theirs[:4]),
                          "; ".join(other[:4]) + (f" (and {len(other) - 4} more)" if len(other) > 4 else ""),
                          ev.same_shapes)
+            return False
+    if ranked.get("learner") and ranked.get("original"):  # a torchrun job: each rank its own share
+        over = rank_share.over_share(ranked["original"], ranked["learner"])
+        if over:
+            proof.failed(f"rank {over[0][0]} did the work of more than its own share of the job: "
+                         f"{over[0][1] / over[0][2]:.1f}× the original rank's",
+                         f"at most {rank_share.MAX_RANK_WORK:g}× the original's matrix products on each rank",
+                         "; ".join(f"rank {r}: {done / 1e6:.0f} MFLOPs per step (the original's: {base / 1e6:.0f})"
+                                   for r, done, base in over),
+                         "each rank trains on its own part of the samples (its DistributedSampler); what it "
+                         "needs of the other ranks' comes through the collectives, not by doing their work too")
             return False
     figures = []  # (evidence, the original's figure, the learner's), one per bottleneck
     for each in lab.evidences:
