@@ -119,7 +119,8 @@ DECOYS = ["lab1_tiny_decoys.py", "lab2_tiny_decoys.py", "lab3_tiny_decoys.py", "
           "lab4_sparse_work.py"]
 # The lesson's bottleneck kept, spelled another way than the original's.
 RESPELLED = ["lab4_shape_count.py", "lab4_nan_by_nonzero.py", "lab2_row_slices.py", "lab2_row_narrow.py",
-             "lab6_all_gather.py", "lab6_send_recv.py"]
+             "lab6_all_gather.py", "lab6_send_recv.py", "lab4_loss_by_bincount.py", "lab4_counts_by_bincount.py",
+             "lab8_nhwc_affine.py", "lab8_rows_affine.py", "lab9_reads_by_bincount.py"]
 # The lab's recipe changed instead of fixed.
 RECIPE = ["lab6_one_micro_batch.py", "lab6_two_micro_batches.py"]
 # A profile written by hand, not by the profiler, with answers that fit it.
@@ -131,7 +132,8 @@ MOVED_INTO_WARMUP = ["lab1_preload_warmup.py", "lab2_pool_in_warmup.py", "lab3_p
 SOUND = ["lab1_workers2.py", "lab1_workers16.py", "lab1_threadpool.py", "lab1_cpu_count.py", "lab3_foreach.py",
          "lab2_functional_bag.py", "lab2_index_add.py", "lab2_sparse.py",
          "lab3_inplace_builtins.py", "lab3_sdpa_only.py", "lab4_four_items.py", "lab4_preallocated.py",
-         "lab2_padded_gather.py", "lab2_padded_lists.py", "lab4_bincount.py"]
+         "lab2_padded_gather.py", "lab2_padded_lists.py", "lab4_bincount.py", "lab8_optimize_for_inference.py",
+         "lab0_export_chrome_trace.py"]
 WHOLE_EPOCH = "lab1_workers32.py"
 
 
@@ -222,13 +224,48 @@ def test_decoy_operators_on_tiny_inputs_do_not_make_the_work(batch, name):
         assert "MFLOPs per step" in check["expected"]
 
 
-@pytest.mark.parametrize("name", [n for n in RESPELLED if n.startswith("lab4")])
+@pytest.mark.parametrize("name", ["lab4_shape_count.py", "lab4_nan_by_nonzero.py"])
 def test_a_read_spelled_as_a_shape_is_still_a_read(batch, name):
     """Lab 4's reference fix with one read per step put back as .nonzero()'s size: no .item() in the trace."""
     code, report = batch.report("plain", CHEATS / name)
     assert code == 1, explain(report)
     caught(report, "evidence", "host round trips per step is still")
     assert report["evidence"]["learner"]["details"]["nonzero()"] == 1.0, explain(report)
+
+
+@pytest.mark.parametrize("name, reads", [("lab4_loss_by_bincount.py", 4.0), ("lab4_counts_by_bincount.py", 3.0)])
+def test_a_read_through_the_size_of_a_bincount_is_still_a_read(batch, name, reads):
+    """Lab 4's reference fix with the loss (its four bytes), or the NaN check and the count of right
+    predictions, read into Python at every step as the size of a torch.bincount: no .item() in the trace.
+    One bincount a step is allowed (a confusion matrix counted with it); the others count."""
+    code, report = batch.report("plain", CHEATS / name)
+    assert code == 1, explain(report)
+    caught(report, "evidence", "host round trips per step is still")
+    assert report["evidence"]["learner"]["details"]["bincount()"] == reads, explain(report)
+    assert "beside 1 bincount()" in failed_check(report)["expected"], explain(report)
+
+
+def test_per_sample_reads_through_bincount_sizes_are_still_reads(batch):
+    """Lab 9's reference loader and GELU, with the original's per-sample books read as bincount sizes:
+    three a sample, the host round trips the only bottleneck left."""
+    code, report = batch.report("plain", CHEATS / "lab9_reads_by_bincount.py")
+    assert code == 1, explain(report)
+    caught(report, "evidence", "1 of the 3 bottlenecks still left: host round trips per step is still")
+    reads = next(e for e in report["evidences"] if e["metric"] == "host_syncs")
+    batch_size = lab_of("lab9_reads_by_bincount.py").workload.batch_size
+    assert reads["learner"]["details"]["bincount()"] == 3 * batch_size, explain(report)
+
+
+@pytest.mark.parametrize("name, op", [("lab8_nhwc_affine.py", "aten::mul"), ("lab8_rows_affine.py", "aten::addcmul")])
+def test_a_batch_norm_applied_on_another_view_is_still_a_batch_norm(batch, name, op):
+    """Lab 8: every batch norm applied by hand as a per-channel scale and shift, nothing folded, on the
+    activation seen as (N, H, W, C) or as (N*H*W, C) rows, the per-channel tensors (C,)."""
+    code, report = batch.report("plain", CHEATS / name)
+    assert code == 1, explain(report)
+    caught(report, "evidence", "batch-norm calls per batch is still")
+    details = report["evidence"]["learner"]["details"]
+    assert details[f"{op} applying a per-channel tensor to an activation"] == 17.0, explain(report)
+    assert details["operators_per_step"] == 0.0, explain(report)  # no batch-norm operator left
 
 
 @pytest.mark.parametrize("name", [n for n in RESPELLED if n.startswith("lab2")])
@@ -348,6 +385,25 @@ def test_a_sound_alternative_fix_passes(batch, name):
         said = any(d.startswith("more to gain: time each step waits on the DataLoader is still")
                    for d in evidence["details"])
         assert said == (left > lab_of(name).evidence.more_to_gain_above), (left, explain(report))
+
+
+def test_a_scripted_frozen_models_convolutions_are_its_work(batch):
+    """Lab 8 with torch.jit.optimize_for_inference: its convolutions, prepacked for oneDNN, leave no
+    operator in the trace; the activations they write count them, every one of the original's 17."""
+    code, report = batch.decided("sound", "8", LEARNER_FILES / "lab8_optimize_for_inference.py")
+    assert code == 0, explain(report)
+    evidence = next(c for c in report["checks"] if c["name"] == "evidence")
+    assert report["evidence"]["learner"]["value"] == 0.0, explain(report)
+    assert evidence["status"] == "passed", explain(report)
+
+
+def test_a_trace_written_under_a_name_of_its_own_is_read(batch):
+    """Lab 0 with prof.export_chrome_trace(cfg.trace_dir / "trace.json") in on_trace_ready: the one trace in
+    the folder, read whatever its name, and graded as any other."""
+    code, report = batch.decided("sound", "0", LEARNER_FILES / "lab0_export_chrome_trace.py")
+    assert code == 0, explain(report)
+    assert report["evidence"]["metric"] == "own_profile" and report["evidence"]["steps"] == 3, explain(report)
+    assert all(a["right"] for a in report["evidence"]["answers"].values()), explain(report)
 
 
 def test_a_loader_that_asks_for_the_whole_epoch_at_once_is_told_its_start_up_counts(batch):

@@ -23,7 +23,7 @@ from .metrics.op_count import VIEW_OPS
 from .metrics.op_count import measure as op_count
 from .trace import (DATALOADER_PREFIX, DEVICE_CATEGORIES, Event, Measure, Trace, TraceError, aten_ops, from_data,
                     load, numel, outermost, union_length)
-from .work import flops, other_shapes, work_flops, work_shapes
+from .work import flops, hidden_convolutions, other_shapes, work_flops, work_shapes
 
 # The names these helpers had when they were private to this module.
 _outermost = outermost
@@ -38,5 +38,5 @@ __all__ = [
     "INDEXING_OPS", "SPLITTING_OPS", "ROW_VIEWS", "VIEW_OPS", "MATMUL_OPS",
     "SYNC_CALLS", "HOST_READS", "SIZE_READS", "HostReads", "host_reads", "counts_text",
     "ALLREDUCE_OPS", "COLLECTIVE_OPS", "GRADIENT_BYTES",
-    "flops", "work_flops", "work_shapes", "other_shapes",
+    "flops", "work_flops", "work_shapes", "other_shapes", "hidden_convolutions",
 ]

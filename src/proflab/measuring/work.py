@@ -110,3 +110,90 @@ def other_shapes(original: list[Trace], learner: list[Trace], ops: tuple[str, ..
 
     theirs = shapes(original)
     return sorted(theirs), sorted(shapes(learner) - theirs)
+
+
+# TorchScript's frozen, optimized graphs (torch.jit.optimize_for_inference) run their convolutions as
+# prim::mkldnn_convolution on weights prepacked for oneDNN: the interpreter calls them without the
+# dispatcher, so the trace holds no event for them, only the output each allocates (an aten::empty in
+# oneDNN's layout) and the operator that reads it next.
+MKLDNN_LAYOUT = "3"  # torch._mkldnn, as aten::empty's concrete inputs give a layout
+# The unseen time inside the scripted calls, per step, must reach this share of the time the original's
+# convolutions take: an empty graph that allocates activations and yields cached results takes none.
+HIDDEN_TIME_SHARE = 0.1
+
+
+def _conv_output(event: Event) -> tuple[int, ...] | None:
+    """The shape of a convolution's output, from its input's and weight's shapes and its stride, padding
+    and dilation (concrete inputs 3, 4 and 5)."""
+    dims = (event.args or {}).get("Input Dims") or []
+    try:
+        x, w = dims[0], dims[1]
+        spatial = len(x) - 2
+        stride, pad, dil = (_strides(event, i)[:spatial] for i in (3, 4, 5))
+        pad = pad if (event.args or {}).get("Concrete Inputs", [None] * 5)[4] not in (None, "") else [0] * spatial
+        out = [(x[2 + i] + 2 * pad[i] - dil[i] * (w[2 + i] - 1) - 1) // stride[i] + 1 for i in range(spatial)]
+        return (x[0], w[0], *out)
+    except (IndexError, TypeError, ValueError):
+        return None
+
+
+def hidden_convolutions(trace: Trace, original: Trace) -> Measure:
+    """The original's convolutions that the profiled steps run out of the profiler's sight, credited with
+    the original's FLOPs: those of a scripted, frozen graph whose convolutions are prepacked for oneDNN
+    (see ``MKLDNN_LAYOUT``). Each original convolution counts once its output's shape is matched, per
+    step, by an output a scripted call allocated in oneDNN's layout (the shape read from the operator
+    that reads it next), and only while the scripted calls spend, outside every operator the trace
+    shows, at least ``HIDDEN_TIME_SHARE`` of the time the original's convolutions take."""
+    n, n_orig = len(trace.steps), len(original.steps)
+    none = Measure(value=0.0, unit="FLOPs", summary="no convolution out of the profiler's sight",
+                   details={"flops_per_step": 0.0, "calls_per_step": 0.0})
+    if not n or not n_orig:
+        return none
+    convs = original.within_steps(lambda e: e.cat == "cpu_op" and e.name == "aten::convolution")
+    conv_time = sum(e.dur for e in convs) / n_orig
+    ops = trace.within_steps(lambda e: e.cat == "cpu_op")
+    scripted = [e for e in ops if "::" not in e.name]  # a TorchScript method's call: forward
+    by_thread: dict[tuple[str, str], list[Event]] = {}
+    for e in ops:
+        if "::" in e.name:
+            by_thread.setdefault((str(e.pid), str(e.tid)), []).append(e)
+    shapes: dict[tuple[int, ...], int] = {}
+    hidden = 0.0
+    for call in scripted:
+        inside = sorted((e for e in by_thread.get((str(call.pid), str(call.tid)), [])
+                         if call.ts <= e.ts and e.end <= call.end), key=lambda e: e.ts)
+        hidden += max(call.dur - sum(e.dur for e in _outermost_of(inside)), 0.0)
+        for i, e in enumerate(inside):
+            concrete = (e.args or {}).get("Concrete Inputs") or []
+            if e.name == "aten::empty" and len(concrete) > 2 and concrete[2] == MKLDNN_LAYOUT:
+                reader = next((r for r in inside[i + 1:] if r.name != "aten::empty" and r.ts >= e.end), None)
+                dims = [d for d in ((reader.args or {}).get("Input Dims") or []) if isinstance(d, list)] \
+                    if reader is not None else []
+                if dims and len(dims[0]) == 4:
+                    key = tuple(dims[0])
+                    shapes[key] = shapes.get(key, 0) + 1
+    if hidden / n < HIDDEN_TIME_SHARE * conv_time:
+        return none
+    credited = calls = 0.0
+    per_step = {k: v / n for k, v in shapes.items()}
+    for e in convs:
+        out = _conv_output(e)
+        if out is not None and per_step.get(out, 0.0) >= 1.0 / n_orig - 1e-9:
+            per_step[out] -= 1.0 / n_orig
+            credited += flops(e) / n_orig
+            calls += 1.0 / n_orig
+    return Measure(value=credited, unit="FLOPs",
+                   summary=f"{credited / 1e6:.1f} MFLOPs per step in {calls:.0f} convolutions a scripted graph "
+                           f"ran out of the profiler's sight",
+                   details={"flops_per_step": credited, "calls_per_step": calls,
+                            "hidden_ms_per_step": hidden / n / 1000})
+
+
+def _outermost_of(events: list[Event]) -> list[Event]:
+    kept: list[Event] = []
+    end = float("-inf")
+    for e in events:  # sorted by start
+        if e.ts >= end:
+            kept.append(e)
+            end = e.end
+    return kept

@@ -39,8 +39,12 @@ def own_profile(lab: labs.Lab, report: Report, proof: Check, run: execute.Outcom
     found, trace = r.get("traces_found", 0), loaded.get("learner")
     window = "torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1)"
     if found == 0:
-        proof.failed("your code wrote no profile", "a trace from torch.profiler's tensorboard_trace_handler, in "
-                     "cfg.trace_dir", "no trace", "wrap the training loop in torch.profiler.profile(..., "
+        wrote = r.get("trace_dir_files") or []
+        proof.failed(f"your code wrote {', '.join(wrote)} in cfg.trace_dir, and no trace: the kit reads a file "
+                     "ending in .json or .json.gz" if wrote else "your code wrote no profile",
+                     "a trace from torch.profiler (tensorboard_trace_handler, or export_chrome_trace to a .json "
+                     "file), in cfg.trace_dir", ", ".join(wrote) or "no trace",
+                     "wrap the training loop in torch.profiler.profile(..., "
                      f"schedule={window}, on_trace_ready=tensorboard_trace_handler(cfg.trace_dir)), and call "
                      "prof.step() after every step")
         return False

@@ -32,7 +32,8 @@ def _change(ev: labs.Evidence, original: Measure, learner: Measure) -> str:
 def judged(lab: labs.Lab, proof: Check, figures: list[Figure], why: list[str]) -> bool:
     """Whether every figure meets its bound; ``proof`` passed or failed, each figure said. ``why``: the
     calls of the file that only look like a fix (``evidence.not_a_fix``)."""
-    left = [f for f in figures if not f[0].holds(f[2].value, f[1].value)]
+    left = [f for f in figures if not f[0].holds(f[0].counted(f[2].value, f[2].details),
+                                                 f[0].counted(f[1].value, f[1].details))]
     gone = [f for f in figures if f not in left]
     expected = "; ".join(f"{ev.label}: {ev.expectation(o.value)}" for ev, o, _ in (left or figures))
     if not left:

@@ -11,19 +11,25 @@ however the normalisation is spelled:
   ``aten::_native_batch_norm_legit_no_training``, ``aten::cudnn_batch_norm``
   and the rest, once each (not again for those it runs inside itself);
 * each outermost elementwise operator that applies a **per-channel** tensor
-  to an activation: one operand four-dimensional with more than one channel
-  and more than one pixel, and another that varies along the channels only
-  (``(C, 1, 1)``, ``(1, C, 1, 1)``, or expanded to the activation's shape
-  with zero strides, read from the recorded strides): a batch norm written
-  by hand, ``(x - mean) / torch.sqrt(var + eps) * weight + bias``, is four
-  of them, and ``x * scale + shift`` two; a bias added after a convolution
-  instead of inside it is one (``F.conv2d(x, w, b)`` adds it in the same
-  pass);
+  to an activation, on any view, layout or dtype: one operand is an
+  activation (four-dimensional with more than one channel and more than one
+  pixel, or any view of one: a tensor of two dimensions or more holding as
+  many elements as one of the step's four-dimensional activations, such as
+  ``x.permute(0, 2, 3, 1)`` or its ``(N*H*W, C)`` rows), and another
+  broadcasts onto it varying along one of its dimensions only (``(C, 1, 1)``,
+  ``(1, C, 1, 1)``, ``(C,)`` against channels last, or expanded to the
+  activation's shape with zero strides, read from the recorded strides): a
+  batch norm written by hand, ``(x - mean) / torch.sqrt(var + eps) * weight
+  + bias``, is four of them, and ``x * scale + shift`` two; a bias added
+  after a convolution instead of inside it is one (``F.conv2d(x, w, b)``
+  adds it in the same pass);
 * each convolution with one input channel per group and a 1×1 kernel
   (weights ``(C, 1, 1, 1)``): a per-channel scale spelled as a convolution.
 
 The convolution's own bias is not counted, nor are ReLUs, the pooling, or
-the classifier. Needs shapes (``record_shapes=True``, as the checker
+the classifier (its bias, added by hand or by a frozen model, applies to the
+``(N, classes)`` logits, no activation's view; matrix products are not
+elementwise). Needs shapes (``record_shapes=True``, as the checker
 profiles); the value is the count per step, averaged over the profiled steps.
 
 Seen in TensorBoard: Profile › Operators, the Calls of ``aten::batch_norm``
@@ -82,26 +88,42 @@ def _tensors(e: Event) -> list[tuple[list[int], list[int] | None]]:
     return found
 
 
+# Matrix products take a bias that broadcasts over their rows: not an elementwise pass over an activation.
+PRODUCTS = ("mm", "matmul", "linear", "addmv", "einsum", "dot", "tensordot")
+
+
 def _activation(dims: list[int]) -> bool:
     return len(dims) == 4 and dims[1] > 1 and dims[2] * dims[3] > 1
 
 
-def _per_channel(dims: list[int], strides: list[int] | None, channels: int) -> bool:
-    """Varies along the channels of a 4-D activation only: right-aligned to 4 dimensions, every
-    dimension but the channels' holds one value, and the channels' all ``channels`` of them."""
-    if len(dims) > 4:
+def _numel(dims: list[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _per_channel(dims: list[int], strides: list[int] | None, of: list[int]) -> bool:
+    """Broadcasts onto a tensor of shape ``of`` varying along one of its dimensions only, one that holds
+    more than one value, while ``of`` varies along another too: right-aligned, every other dimension
+    of its extent holds one value."""
+    if len(dims) > len(of):
         return False
-    extent = [1] * (4 - len(dims)) + _extent(dims, strides)
-    return extent[1] == channels and extent[0] == extent[2] == extent[3] == 1
+    extent = [1] * (len(of) - len(dims)) + _extent(dims, strides)
+    varying = [k for k, n in enumerate(extent) if n > 1]
+    return len(varying) == 1 and extent[varying[0]] == of[varying[0]] and \
+        any(n > 1 for k, n in enumerate(of) if k != varying[0])
 
 
-def _applies_per_channel(e: Event) -> bool:
-    if e.name in NOT_ARITHMETIC or e.name in CONVOLUTIONS:
+def _applies_per_channel(e: Event, activations: set[int]) -> bool:
+    """An operator applying a per-channel tensor to an activation or to a view of one (``activations``:
+    the sizes, in elements, of the step's four-dimensional activations)."""
+    if e.name in NOT_ARITHMETIC or e.name in CONVOLUTIONS or any(p in e.name.split("::")[-1] for p in PRODUCTS):
         return False
     tensors = _tensors(e)
     for i, (dims, _) in enumerate(tensors):
-        if _activation(dims):
-            if any(_per_channel(d, s, dims[1]) for j, (d, s) in enumerate(tensors) if j != i):
+        if _activation(dims) or (len(dims) >= 2 and _numel(dims) in activations):
+            if any(_per_channel(d, s, dims) for j, (d, s) in enumerate(tensors) if j != i):
                 return True
     return False
 
@@ -126,8 +148,9 @@ def measure(trace: Trace) -> Measure:
     inside_norm: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for e in norms:
         inside_norm.setdefault((str(e.pid), str(e.tid)), []).append((e.ts, e.end))
+    activations = {_numel(d) for e in ops for d, _ in _tensors(e) if _activation(d)}
     by_hand = [e for e in outermost([e for e in ops if not _is_norm(e.name)])
-               if (_applies_per_channel(e) or _depthwise_1x1(e))
+               if (_applies_per_channel(e, activations) or _depthwise_1x1(e))
                and not any(a <= e.ts < b for a, b in inside_norm.get((str(e.pid), str(e.tid)), []))]
     counts: dict[str, int] = {}
     for e in norms:

@@ -13,7 +13,8 @@ costs: each ``aten::_local_scalar_dense`` (under ``aten::item`` for
 each outermost ``aten::resolve_neg`` (the first thing ``.tolist()`` and
 ``.numpy()`` do) counts once; so does each outermost operator whose
 output's size depends on values (``SIZE_READS``: ``.nonzero()``,
-``x[mask]``, ``torch.where(mask)``, ``unique``; ``torch.equal``), which on
+``x[mask]``, ``torch.where(mask)``, ``unique``, ``bincount`` with or
+without ``minlength``; ``torch.equal``), which on
 CUDA waits for the device as ``.item()`` does: a read spelled as a shape
 is still a read.
 
@@ -51,7 +52,7 @@ HOST_READS = {
 # Operators whose output's size depends on the values in their input: the host must read those values
 # (on CUDA, wait for the device) before it knows the size, whether or not Python ever reads a number.
 # x[mask], torch.where(mask), argwhere and .nonzero() all run aten::nonzero; torch.equal answers a Python
-# bool. (masked_select and repeat_interleave without output_size read their size through
+# bool; torch.bincount's output has max(minlength, largest value + 1) bins. (masked_select and repeat_interleave without output_size read their size through
 # aten::_local_scalar_dense, counted above; nonzero_static and repeat_interleave with output_size do not
 # depend on the values.)
 SIZE_READS = {
@@ -59,6 +60,8 @@ SIZE_READS = {
     "aten::_unique": "unique()", "aten::_unique2": "unique()", "aten::unique_dim": "unique()",
     "aten::unique_consecutive": "unique()", "aten::unique_dim_consecutive": "unique()",
     "aten::equal": "torch.equal()",
+    # Sized by the largest value (minlength only sets a floor): on CUDA it reads it back, every call.
+    "aten::bincount": "bincount()",
 }
 
 
