@@ -120,7 +120,7 @@ DECOYS = ["lab1_tiny_decoys.py", "lab2_tiny_decoys.py", "lab3_tiny_decoys.py", "
 # The lesson's bottleneck kept, spelled another way than the original's.
 RESPELLED = ["lab4_shape_count.py", "lab4_nan_by_nonzero.py", "lab2_row_slices.py", "lab2_row_narrow.py",
              "lab6_all_gather.py", "lab6_send_recv.py", "lab4_loss_by_bincount.py", "lab4_counts_by_bincount.py",
-             "lab8_nhwc_affine.py", "lab8_rows_affine.py", "lab9_reads_by_bincount.py"]
+             "lab8_nhwc_affine.py", "lab8_rows_affine.py", "lab8_foreach_affine.py", "lab9_reads_by_bincount.py"]
 # The lab's recipe changed instead of fixed.
 RECIPE = ["lab6_one_micro_batch.py", "lab6_two_micro_batches.py"]
 # A profile written by hand, not by the profiler, with answers that fit it.
@@ -256,10 +256,12 @@ def test_per_sample_reads_through_bincount_sizes_are_still_reads(batch):
     assert reads["learner"]["details"]["bincount()"] == 3 * batch_size, explain(report)
 
 
-@pytest.mark.parametrize("name, op", [("lab8_nhwc_affine.py", "aten::mul"), ("lab8_rows_affine.py", "aten::addcmul")])
+@pytest.mark.parametrize("name, op", [("lab8_nhwc_affine.py", "aten::mul"), ("lab8_rows_affine.py", "aten::addcmul"),
+                                      ("lab8_foreach_affine.py", "aten::_foreach_mul_")])
 def test_a_batch_norm_applied_on_another_view_is_still_a_batch_norm(batch, name, op):
     """Lab 8: every batch norm applied by hand as a per-channel scale and shift, nothing folded, on the
-    activation seen as (N, H, W, C) or as (N*H*W, C) rows, the per-channel tensors (C,)."""
+    activation seen as (N, H, W, C) or as (N*H*W, C) rows, the per-channel tensors (C,); or through
+    torch._foreach_mul_ on lists of one tensor."""
     code, report = batch.report("plain", CHEATS / name)
     assert code == 1, explain(report)
     caught(report, "evidence", "batch-norm calls per batch is still")

@@ -22,7 +22,8 @@ however the normalisation is spelled:
   batch norm written by hand, ``(x - mean) / torch.sqrt(var + eps) * weight
   + bias``, is four of them, and ``x * scale + shift`` two; a bias added
   after a convolution instead of inside it is one (``F.conv2d(x, w, b)``
-  adds it in the same pass);
+  adds it in the same pass); a ``torch._foreach_*`` call's lists of tensors
+  are read as their tensors;
 * each convolution with one input channel per group and a 1×1 kernel
   (weights ``(C, 1, 1, 1)``): a per-channel scale spelled as a convolution.
 
@@ -82,9 +83,13 @@ def _tensors(e: Event) -> list[tuple[list[int], list[int] | None]]:
     dims, strides = args.get("Input Dims") or [], args.get("Input Strides") or []
     found = []
     for i, d in enumerate(dims):
+        s = strides[i] if i < len(strides) else None
         if isinstance(d, list) and d and all(isinstance(n, int) for n in d):
-            s = strides[i] if i < len(strides) else None
             found.append((d, s))
+        elif isinstance(d, list) and d and all(isinstance(t, list) for t in d):  # a list of tensors (_foreach_*)
+            for k, one in enumerate(d):
+                if one and all(isinstance(n, int) for n in one):
+                    found.append((one, s[k] if isinstance(s, list) and k < len(s) else None))
     return found
 
 
