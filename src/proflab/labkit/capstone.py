@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from ..running.storage import LOAD_RANGE
 from . import build_once, seed_for, storage_client
 
 STORAGE_LATENCY_MS = 0.5  # a read outside the kit, where no storage service runs (lab.toml's [storage])
@@ -107,6 +108,10 @@ class Photos(Dataset):
         return len(self.labels)
 
     def __getitem__(self, index: int):
+        with torch.autograd.profiler.record_function(LOAD_RANGE):  # on the thread that loads it
+            return self._load(index)
+
+    def _load(self, index: int):
         from PIL import Image
 
         raw = self._storage_read(_name(index))  # waiting on storage

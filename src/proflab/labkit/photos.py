@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from ..running.storage import LOAD_RANGE
 from . import build_once, storage_client
 
 STORAGE_LATENCY_MS = 8.0  # a read outside the kit, where no storage service runs
@@ -83,6 +84,10 @@ class PhotoDataset(Dataset):
         return len(self.labels)
 
     def __getitem__(self, index: int):
+        with torch.autograd.profiler.record_function(LOAD_RANGE):  # on the thread that loads it
+            return self._load(index)
+
+    def _load(self, index: int):
         from PIL import Image
 
         raw = self._storage_read(f"{index:05d}.jpg")  # waiting on storage

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..running.storage import BAD_REQUEST, ENV_VAR, HEADER, NOT_FOUND, OK, REFUSED
+from ..running.storage import BAD_REQUEST, ENV_VAR, HEADER, NOT_FOUND, OK, READ_RANGE, REFUSED
 
 TIMEOUT_S = 60.0  # a reply slower than this means the service is stuck
 
@@ -36,7 +36,25 @@ def read(name: str, address: str | None = None) -> bytes:
 
     Raises FileNotFoundError for a file storage does not have, PermissionError
     for a name outside its folder, ConnectionError when no service answers.
+    The read shows in a profile as a ``storage read`` range, on the thread
+    that waited for it.
     """
+    with _shown(READ_RANGE):
+        return _read(name, address)
+
+
+def _shown(label: str):
+    """A ``record_function`` range where torch is loaded (every lab file's process), else nothing."""
+    import contextlib
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return contextlib.nullcontext()
+    return torch.autograd.profiler.record_function(label)
+
+
+def _read(name: str, address: str | None) -> bytes:
     where = address or os.environ.get(ENV_VAR)
     if not where:
         raise ConnectionError(f"no storage service: {ENV_VAR} is not set")
@@ -71,8 +89,9 @@ def read_or_wait(name: str, folder: Path, latency_ms: float) -> bytes:
     else, outside the kit, after the same wait, from ``folder``: the same wait, the same bytes."""
     if address():
         return read(name)
-    time.sleep(latency_ms / 1000.0)
-    return (folder / name).read_bytes()
+    with _shown(READ_RANGE):
+        time.sleep(latency_ms / 1000.0)
+        return (folder / name).read_bytes()
 
 
 def close() -> None:

@@ -51,6 +51,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 ENV_VAR = "PROFLAB_STORAGE"
+# The ranges a lab's trace shows around its sample loading (``labkit.storage_client.read`` and the photo data
+# sets' ``__getitem__``), on whichever thread loads: the DataLoader's wait metric counts them where they hold
+# up the steps (``measuring.metrics.dataloader_wait``).
+READ_RANGE = "storage read"
+LOAD_RANGE = "load sample"
+LOADING_RANGES = (LOAD_RANGE, READ_RANGE)
 HEADER = struct.Struct("!BQ")
 OK, NOT_FOUND, REFUSED, BAD_REQUEST = 0, 1, 2, 3
 MAX_NAME_BYTES = 1024

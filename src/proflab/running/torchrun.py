@@ -282,17 +282,18 @@ def _inside(path: str, top: str) -> bool:
 
 def readable_roots(mounts: dict[str, bool]) -> tuple[list[str], list[str]]:
     """Where a confined rank may read: every part of the file system but the writable folders the ranks
-    share, as (folders, files) to grant; a read-only mount inside a shared folder (the kit in a temporary
-    folder) is read too. Device nodes bound writable are kept as files (``device_files``)."""
+    share (``closed``), as (folders, files) to grant; a read-only mount inside a shared folder (the kit in
+    a temporary folder, bound read-only in the sandbox's /tmp) is read too, but for any writable folder
+    inside it. Device nodes bound writable are granted apart (``device_files``)."""
     closed = sorted(p for p, rw in mounts.items()
                     if rw and os.path.isdir(p) and not any(_inside(p, k) for k in _KEPT_WRITABLE))
     folders: list[str] = []
     files: list[str] = []
 
-    def walk(path: str) -> None:
-        if any(_inside(path, c) for c in closed):
+    def walk(path: str, shut: list[str]) -> None:
+        if any(_inside(path, c) for c in shut):
             return
-        if not any(_inside(c, path) for c in closed):
+        if not any(_inside(c, path) for c in shut):
             (folders if os.path.isdir(path) and not os.path.islink(path) else files).append(path)
             return
         try:
@@ -300,14 +301,12 @@ def readable_roots(mounts: dict[str, bool]) -> tuple[list[str], list[str]]:
         except OSError:
             return
         for name in names:
-            walk(os.path.join(path, name))
+            walk(os.path.join(path, name), shut)
 
-    walk("/")
-    # read-only mounts inside a closed folder (bound there for the run to read)
-    for point, rw in mounts.items():
-        if not rw and any(_inside(point, c) for c in closed) and os.path.isdir(point):
-            if not any(_inside(point, w) for w, w_rw in mounts.items() if w_rw and w != point and _inside(w, point)):
-                folders.append(point)
+    roots = ["/"] + sorted(p for p, rw in mounts.items()
+                           if not rw and os.path.isdir(p) and any(_inside(p, c) and p != c for c in closed))
+    for root in roots:
+        walk(root, [c for c in closed if _inside(c, root) and c != root])
     return folders, files
 
 

@@ -24,7 +24,7 @@ from ...measuring.trace import Event, Trace, outermost
 
 # A rank may do this much more than the original's rank, by FLOPs per profiled step: a sound fix does the
 # same products (1.0x); a rank that also does one other rank's share does 2x.
-MAX_RANK_WORK = 1.5
+MAX_RANK_WORK = 1.5  # the lab page says so (docs/labs/06-distributed.md)
 
 # The products whose FLOPs the work floor counts (measuring.work.flops), and the others a step may run
 # instead: each counted once, however deep it runs (the outermost of them on its thread).
