@@ -22,7 +22,7 @@ from pathlib import Path
 from ... import labs
 from ...labs import format_value
 from ...measuring import breakdown, evidence
-from ...running import execute
+from ...running import execute, storage
 from ..rounds import Rounds
 from ..trial import FIRST_ROUND
 from ..verdicts import FAILED, Check, NotGraded, Report, where_to_look
@@ -165,10 +165,13 @@ PROFILED_SLOWDOWN_MIN_S = 0.0001
 def _busy_per_step(trace: evidence.Trace) -> list[float]:
     """Seconds each profiled step spent inside operators (the outermost ``cpu_op`` events of every thread,
     summed): the work the step did, without the profiler's own book-keeping between operators, which on a
-    step of a millisecond costs several times the step itself."""
+    step of a millisecond costs several times the step itself. The kit's own ranges around a sample's
+    loading (``storage.LOADING_RANGES``) are waits on storage, not operators: threads that load beside the
+    steps wait there side by side."""
     busy = []
     for step in trace.steps:
-        ops = [e for e in trace.events if e.cat == "cpu_op" and step.ts <= e.ts < step.end]
+        ops = [e for e in trace.events if e.cat == "cpu_op" and step.ts <= e.ts < step.end
+               and e.name not in storage.LOADING_RANGES]
         busy.append(sum(e.dur for e in evidence.outermost(ops)) / 1e6)
     return busy
 
