@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .trace import Event, Measure, Trace
+from .trace import Event, Measure, Trace, outermost
 
 
 def _product(values: list[Any]) -> float:
@@ -130,7 +130,8 @@ def _conv_output(event: Event) -> tuple[int, ...] | None:
         x, w = dims[0], dims[1]
         spatial = len(x) - 2
         stride, pad, dil = (_strides(event, i)[:spatial] for i in (3, 4, 5))
-        pad = pad if (event.args or {}).get("Concrete Inputs", [None] * 5)[4] not in (None, "") else [0] * spatial
+        if not ((event.args or {}).get("Concrete Inputs") or [""] * 5)[4]:
+            pad = [0] * spatial  # not recorded: _strides' default of 1 is no padding's
         out = [(x[2 + i] + 2 * pad[i] - dil[i] * (w[2 + i] - 1) - 1) // stride[i] + 1 for i in range(spatial)]
         return (x[0], w[0], *out)
     except (IndexError, TypeError, ValueError):
@@ -162,7 +163,7 @@ def hidden_convolutions(trace: Trace, original: Trace) -> Measure:
     for call in scripted:
         inside = sorted((e for e in by_thread.get((str(call.pid), str(call.tid)), [])
                          if call.ts <= e.ts and e.end <= call.end), key=lambda e: e.ts)
-        hidden += max(call.dur - sum(e.dur for e in _outermost_of(inside)), 0.0)
+        hidden += max(call.dur - sum(e.dur for e in outermost(inside)), 0.0)
         for i, e in enumerate(inside):
             concrete = (e.args or {}).get("Concrete Inputs") or []
             if e.name == "aten::empty" and len(concrete) > 2 and concrete[2] == MKLDNN_LAYOUT:
@@ -188,12 +189,3 @@ def hidden_convolutions(trace: Trace, original: Trace) -> Measure:
                    details={"flops_per_step": credited, "calls_per_step": calls,
                             "hidden_ms_per_step": hidden / n / 1000})
 
-
-def _outermost_of(events: list[Event]) -> list[Event]:
-    kept: list[Event] = []
-    end = float("-inf")
-    for e in events:  # sorted by start
-        if e.ts >= end:
-            kept.append(e)
-            end = e.end
-    return kept
