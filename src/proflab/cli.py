@@ -33,7 +33,7 @@ from rich.table import Table
 
 from . import __version__, errors, labs, paths, progress
 from .grading import checks
-from .running import sandbox, slots
+from .running import cgroups, sandbox, slots
 from .reporting import report, summaries
 from .viewing import tensorboard
 from .commands.common import (KIT_ERROR, USAGE_ERROR, UsageError, _audited, _lab, _lab_and_file, _label, _say,
@@ -340,7 +340,7 @@ def cmd_data(args) -> int:
 def cmd_doctor(args) -> int:
     """What this machine gives the kit: the sandbox, torch, the device."""
     engine = sandbox.engine()
-    rows = [("sandbox", engine.describe())]
+    rows = [("sandbox", engine.describe()), ("CPU", cgroups.describe())]
     try:
         import torch
 
@@ -353,7 +353,7 @@ def cmd_doctor(args) -> int:
     if args.json:
         import json
 
-        print(json.dumps({"sandboxed": engine.ok, **dict(rows)}, indent=2))
+        print(json.dumps({"sandboxed": engine.ok, "cpu_by_kernel": cgroups.available()[0], **dict(rows)}, indent=2))
     else:
         for name, value in rows:
             out.print(f"[bold]{name:<8}[/] {escape(value)}")

@@ -39,6 +39,7 @@ import functools
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -301,7 +302,7 @@ class Box:
             _remove(entry)
 
     def remove(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        _rmtree(self.root)
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -336,11 +337,30 @@ def _empty(folder: Path, keep: list[tuple[str, ...]] | None = None) -> None:
 def _remove(entry: Path) -> None:
     try:
         if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
+            _rmtree(entry)
         else:
             entry.unlink(missing_ok=True)
     except OSError:
         pass
+
+
+def _rmtree(folder: Path) -> None:
+    """Remove ``folder`` whatever modes a run left in it: a folder it made unreadable or unwritable (``chmod
+    000``) is given back its owner's rights on the way down. Root needs none of this; the kit run as an
+    ordinary user, whose sandbox writes as that same user, does."""
+    def writable(path: str) -> None:
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o700 != 0o700:
+                os.chmod(path, stat.S_IMODE(st.st_mode) | 0o700)
+        except OSError:
+            pass
+
+    writable(str(folder))
+    for top, dirs, _files in os.walk(folder):
+        for name in dirs:
+            writable(os.path.join(top, name))
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def reap() -> None:
