@@ -29,8 +29,8 @@ from conftest import Batch, explain, sharing_data, statuses
 from proflab.running import cgroups, marks, processes
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
-ATTEMPTS = ["lab2_forged_marks.py", "lab2_forged_marks_paused.py", "lab2_zombie_helper.py",
-            "lab2_forged_compile_marks.py", "lab2_compile_constant.py"]
+ATTEMPTS = ["lab1_forged_window.py", "lab2_forged_marks.py", "lab2_forged_marks_paused.py",
+            "lab2_zombie_helper.py", "lab2_forged_compile_marks.py", "lab2_compile_constant.py"]
 
 needs_cgroups = pytest.mark.skipif(not cgroups.available()[0],
                                    reason=f"no cgroup accounting here: {cgroups.available()[1]}")
@@ -39,7 +39,7 @@ needs_cgroups = pytest.mark.skipif(not cgroups.available()[0],
 @pytest.fixture(scope="module")
 def batch(kit, tmp_path_factory) -> Batch:
     k = sharing_data(tmp_path_factory.mktemp("outside-kit"), kit)
-    return Batch(k, {"attempts": ({}, [("2", CHEATS / name, False) for name in ATTEMPTS])})
+    return Batch(k, {"attempts": ({}, [(name[3], CHEATS / name, False) for name in ATTEMPTS])})
 
 
 def report_of(batch: Batch, name: str) -> tuple[int, dict]:
@@ -67,6 +67,15 @@ def test_forged_marks_that_keep_every_pause_cannot_pay(batch):
     assert after["counted_s"] and min(after["counted_s"]) > 0, explain(report)
     faster = next(c for c in report["checks"] if c["name"] == "faster")
     assert any(line.startswith("after the timed steps:") for line in faster.get("details") or []), faster
+
+
+def test_a_window_of_sleeps_marked_by_the_file_cannot_pay_on_the_clock(batch):
+    """Lab 1, timed on the clock and never paused: the runner's writer replaced, a window of sleeps marked,
+    the original's loading after it. The time after the window counts."""
+    code, report = report_of(batch, "lab1_forged_window.py")
+    assert code in (1, 4), explain(report)
+    assert statuses(report)["faster"] in ("failed", "inconclusive"), explain(report)
+    assert min(report["after"]["counted_s"]) > 1.0, explain(report)  # seconds of loading, not noise
 
 
 def test_a_child_left_unreaped_is_counted(batch):
