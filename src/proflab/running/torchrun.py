@@ -286,7 +286,8 @@ def readable_roots(mounts: dict[str, bool]) -> tuple[list[str], list[str]]:
     a temporary folder, bound read-only in the sandbox's /tmp) is read too, but for any writable folder
     inside it. Device nodes bound writable are granted apart (``device_files``)."""
     closed = sorted(p for p, rw in mounts.items()
-                    if rw and os.path.isdir(p) and not any(_inside(p, k) for k in _KEPT_WRITABLE))
+                    if rw and os.path.isdir(p) and not any(_inside(p, k) for k in _KEPT_WRITABLE)
+                    and not _is_device(p))
     folders: list[str] = []
     files: list[str] = []
 
@@ -310,15 +311,21 @@ def readable_roots(mounts: dict[str, bool]) -> tuple[list[str], list[str]]:
     return folders, files
 
 
+def _is_device(path: str) -> bool:
+    """A device node, or a folder of them (a GPU's /dev/nvidia-caps, /dev/dri), bound into /dev; not /dev/shm."""
+    return path.startswith("/dev/") and not _inside(path, "/dev/shm")
+
+
 def device_files(mounts: dict[str, bool]) -> list[str]:
-    """The device nodes bound writable (/dev/null, a GPU's): a rank keeps writing them."""
-    return sorted(p for p, rw in mounts.items() if rw and p.startswith("/dev/") and not os.path.isdir(p))
+    """The device nodes (and folders of them) bound writable (/dev/null, a GPU's): a rank keeps using them."""
+    return sorted(p for p, rw in mounts.items() if rw and _is_device(p))
 
 
-def confine(own: Path) -> int:
+def confine(own: Path, handover: tuple[str, ...] = ()) -> int:
     """Confine this process (a rank, before the lab file runs) to its own folder ``own`` for everything it
-    writes, and to the read-only rest of the file system for what it reads. Returns the Landlock ABI used,
-    or 0 where the kernel offers none (the process is then left as it was)."""
+    writes, and to the read-only rest of the file system for what it reads; into the folders ``handover``
+    it may only move files of its own (its result, its trace), never read them. Returns the Landlock ABI
+    used, or 0 where the kernel offers none (the process is then left as it was)."""
     import ctypes
 
     abi = landlock_abi()
@@ -365,7 +372,7 @@ def confine(own: Path) -> int:
             allow(path, _READ | _WRITE_FILE | _TRUNCATE | _IOCTL_DEV)
         allow(str(own), handled)
         # What the runner hands over: its result and its trace, moved (renamed) into the run's folders.
-        for path in handover_folders():
+        for path in handover:
             allow(path, (1 << 8) | _REFER)  # make_reg, refer: a file moved in, never read back
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             return 0
@@ -374,13 +381,6 @@ def confine(own: Path) -> int:
     finally:
         os.close(ruleset)
     return abi
-
-
-_HANDOVER: list[str] = []
-
-
-def handover_folders() -> list[str]:
-    return list(_HANDOVER)
 
 
 def own_folder(spec: dict[str, Any], rank: int) -> Path:
@@ -407,9 +407,9 @@ def confine_rank(spec: dict[str, Any], rank: int) -> dict[str, Any]:
     for name in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "MPLCONFIGDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
         os.environ[name] = str(own if name in ("HOME", "TMPDIR") else own / name.lower())
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
-    _HANDOVER[:] = sorted({str(Path(spec["handover"]["result_path"]).parent),
-                           *([spec["handover"]["trace_dir"]] if spec["handover"].get("trace_dir") else [])})
-    spec["confined"] = confine(own)
+    handover = {str(Path(spec["handover"]["result_path"]).parent),
+                *([spec["handover"]["trace_dir"]] if spec["handover"].get("trace_dir") else [])}
+    spec["confined"] = confine(own, tuple(sorted(handover)))
     return spec
 
 
@@ -420,8 +420,11 @@ def hand_over(spec: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     trace = result.get("trace")
     if trace and given.get("trace_dir"):
         moved = Path(given["trace_dir"]) / Path(trace).name
-        os.rename(trace, moved)
-        result = {**result, "trace": str(moved)}
+        try:
+            os.rename(trace, moved)
+            result = {**result, "trace": str(moved)}
+        except OSError:  # left where it is: the checker then says the trace is not where it looks
+            pass
     result["confined"] = spec.get("confined", 0)
     message = str(result.get("message", ""))
     if result.get("status") != "ok" and spec.get("confined") and ("Permission denied" in message

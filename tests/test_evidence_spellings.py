@@ -1,0 +1,105 @@
+"""The evidence counts the lesson however it is written: lab 6's ranks and labs 1 and 9's loading.
+
+Attempts in plain Python (the audit lets them through), each the lab's
+reference fix with one trick, graded through the checker's own batches
+(``conftest.Batch``), as in ``test_trust``:
+
+* lab 6, the ranks share no channel but the collectives: gradients averaged
+  after every micro-batch through a file both ranks map (in /dev/shm, or in
+  /tmp with numpy) never reach the other rank, whose files are its own;
+* lab 6, a rank does its own share of the work: one that also runs the other
+  rank's half (through the model, or with its products spelled as einsum) to
+  need no collective is held to the original rank's matrix products;
+* labs 1 and 9, loading is the DataLoader's wait wherever it runs: photos
+  loaded in the step from a DataLoader of indices, or with no DataLoader at
+  all, are waited for as long, while a pool of threads that loads beside the
+  steps (a sound fix) still passes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import LEARNER_FILES, Batch, explain, sharing_data, statuses
+
+from proflab.running import torchrun
+
+CHEATS = Path(__file__).resolve().parent / "cheats"
+
+SHARED_FILES = ["lab6_shm_average.py", "lab6_tmp_memmap.py"]
+JOBS_WORK = ["lab6_both_halves.py", "lab6_other_half_by_einsum.py"]
+LOADED_IN_THE_STEP = ["lab9_indices_loader.py", "lab9_no_dataloader.py"]
+LOADED_BESIDE = "lab1_threadpool.py"
+
+
+@pytest.fixture(scope="module")
+def batch(kit, tmp_path_factory) -> Batch:
+    """Two batches, audited as a learner's file is: lab 6's attempts, and the loading attempts with the
+    thread-pool fix beside them."""
+    return Batch(sharing_data(tmp_path_factory.mktemp("spellings-kit"), kit), {
+        "ranks": ({}, [("6", CHEATS / n, True) for n in SHARED_FILES + JOBS_WORK]),
+        "loading": ({}, [("9", CHEATS / n, True) for n in LOADED_IN_THE_STEP]
+                    + [("1", LEARNER_FILES / LOADED_BESIDE, True)]),
+    })
+
+
+def only_failure(report: dict) -> dict:
+    failed = [c for c in report["checks"] if c["status"] == "failed"]
+    assert len(failed) == 1, explain(report)
+    return failed[0]
+
+
+@pytest.mark.parametrize("name", SHARED_FILES)
+def test_gradients_averaged_through_a_file_the_ranks_share_never_reach_the_other_rank(batch, name):
+    """Before: traffic 60 MB -> 0 MB, and faster. Each rank now writes and reads only files of its own."""
+    if torchrun.landlock_abi() < 1:
+        pytest.skip("this kernel offers no Landlock: the ranks' files cannot be kept apart here")
+    code, report = batch.report("ranks", CHEATS / name)
+    assert report["audited"] is True and code == 1, explain(report)
+    check = only_failure(report)
+    assert check["name"] == "runs" and "raised an error on rank" in check["rationale"], explain(report)
+    assert "Permission denied" in check["actual"], explain(report)
+    assert "the ranks share nothing but torch.distributed's collectives" in check["actual"], explain(report)
+
+
+@pytest.mark.parametrize("name", JOBS_WORK)
+def test_a_rank_that_does_the_whole_jobs_work_fails_on_its_share(batch, name):
+    """Before: no collective at all (0 MB), the same results, and faster. The products of a rank's steps,
+    counted by size whatever their operator (einsum's are batched products), are twice the original's."""
+    code, report = batch.report("ranks", CHEATS / name)
+    assert report["audited"] is True and code == 1, explain(report)
+    check = only_failure(report)
+    assert check["name"] == "evidence", explain(report)
+    assert "did the work of more than its own share of the job" in check["rationale"], explain(report)
+    assert "the original's:" in check["actual"], explain(report)
+    # rank 0's share, as the report says it: at least 1.9x (two ranks' halves), never the original's own
+    ratio = float(check["rationale"].rsplit(": ", 1)[1].split("×")[0])
+    assert ratio >= 1.9, explain(report)
+
+
+@pytest.mark.parametrize("name", LOADED_IN_THE_STEP)
+def test_photos_loaded_in_the_step_are_still_waited_for(batch, name):
+    """Before: the DataLoader's wait read 41 -> 0 ms, only the speed-up's noise stood in the way."""
+    code, report = batch.report("loading", CHEATS / name)
+    assert report["audited"] is True and code == 1, explain(report)
+    check = only_failure(report)
+    assert check["name"] == "evidence", explain(report)
+    assert "time each step waits on the DataLoader is still" in check["rationale"], explain(report)
+    wait = next(e for e in report["evidences"] if e["metric"] == "dataloader_wait")
+    assert not wait["met"], explain(report)
+    assert wait["learner"]["value"] > 0.5 * wait["original"]["value"], explain(report)
+    # the wait is the loading on the step's own thread, outside any DataLoader range
+    assert wait["learner"]["details"]["loading_outside_ms_per_step"] > 0.9 * wait["learner"]["value"], explain(report)
+    # the other two bottlenecks are fixed: only the loading is left
+    assert all(e["met"] for e in report["evidences"] if e["metric"] != "dataloader_wait"), explain(report)
+
+
+def test_samples_loaded_by_threads_beside_the_steps_still_pass(batch):
+    """Lab 1's thread-pool fix: its reads are in the trace, on the pool's threads, while the step trains."""
+    code, report = batch.decided("loading", "1", LEARNER_FILES / LOADED_BESIDE)
+    assert code == 0, explain(report)
+    assert set(statuses(report).values()) == {"passed"}, explain(report)
+    wait = report["evidence"]
+    assert wait["learner"]["value"] < 0.2 * wait["original"]["value"], explain(report)
