@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import __version__, errors, labs, paths, progress
+from . import __version__, errors, labs, outputs, paths, progress
 from .grading import checks
 from .running import cgroups, sandbox, slots
 from .reporting import report, summaries
@@ -651,9 +651,12 @@ def _main(argv: list[str] | None = None) -> int:
         signal.signal(sig, _interrupt)
     try:
         return args.func(args)
-    except UsageError as e:
+    except (UsageError, outputs.Refused) as e:  # an output the kit will not write there: nothing was written
         _say(err, f"[red]proflab:[/] {escape(str(e))}")
         return USAGE_ERROR
+    except outputs.NotWritten as e:  # it names its file; whatever was said before it stands
+        _say(err, f"[red]proflab:[/] {escape(str(e))} (the machine's failure, not your code's)")
+        return KIT_ERROR
     except (errors.KitError, checks.NotGraded) as e:
         _say(err, f"[red]proflab:[/] {escape(str(e))} (the kit's or the machine's failure, not your code's)")
         return KIT_ERROR

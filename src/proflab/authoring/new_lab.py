@@ -55,10 +55,9 @@ def _fill(template: str, **values: object) -> str:
 
 
 def _write_new(root: Path, rel: str, text: str, written: Written) -> None:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "x", encoding="utf-8") as f:  # never over a file that exists
-        f.write(text)
+    from .. import outputs
+
+    outputs.new_file(root / rel, text, within=root)  # never over a file that exists, never through a link
     written.files.append(rel)
 
 

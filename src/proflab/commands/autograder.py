@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from .. import labs, paths
+from .. import labs, outputs, paths
 from .common import UsageError, _lab, err, out
 
 
@@ -27,7 +27,7 @@ def _gradescope(args) -> int:
     from ..grading.engines import gradescope
 
     graded = _graded(args.labs)
-    target = Path(args.out)
+    target = outputs.check(args.out, option="--out")
     try:
         names = gradescope.bundle(graded, target, torch_index=args.torch_index, torch_version=args.torch_version)
     except gradescope.BundleError as e:
@@ -49,11 +49,11 @@ def _classroom(args) -> int:
         raise UsageError("name the kit's commit or tag the workflow pins (--kit-ref v1.0): this kit is not a git "
                          "checkout, so its commit cannot be taken")
     target = Path(args.out)
-    if target.exists() and not args.force:
+    if target.is_file() and not target.is_symlink() and not args.force:
         raise UsageError(f"{target} exists: it is left as it is (--force writes over it)")
+    outputs.check(target, option="--out", exists_ok=False, force=args.force)  # --force: only a workflow of ours
     text = classroom.workflow(graded, args.kit_url, ref)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
+    outputs.write_text(target, text, exists_ok=False, force=args.force)
     out.print(f"Wrote [bold]{escape(paths.display(target))}[/]: checks labs "
               f"{' '.join(str(lab.number) for lab in graded)} on every push, with the kit pinned at "
               f"{escape(ref)}.")
@@ -66,5 +66,6 @@ def _run(args) -> int:
     from ..grading.engines import gradescope
 
     metadata = Path(args.metadata) if args.metadata and Path(args.metadata).is_file() else None
+    outputs.check(args.results, [args.submission, args.metadata], option="--results")
     return gradescope.run(Path(args.submission), Path(args.results), metadata,
                           say=lambda line: err.print(escape(line), soft_wrap=True))

@@ -38,12 +38,25 @@ def _lab(name: str) -> labs.Lab:
         raise errors.KitError(f"a lab manifest is broken: {said}") from None
 
 
+def not_a_file(name: str) -> str:
+    """Why ``name`` cannot be read as a lab file: a folder, a FIFO or a device, or nothing there at all."""
+    import stat
+
+    try:
+        mode = os.stat(name).st_mode
+    except OSError:
+        return f"{name}: no such file"
+    if stat.S_ISDIR(mode):
+        return f"{name} is a folder: give the lab file itself (a .py file)"
+    return f"{name} is not a regular file (a FIFO, a device or a socket): give the lab file itself (a .py file)"
+
+
 def _lab_and_file(target: str, file: str | None, version: str = "exercise") -> tuple[labs.Lab, Path]:
     """``1``, ``dataloader`` or a path to a lab file; ``--file`` overrides the file."""
     as_path = Path(target)
     if target.endswith(".py") or as_path.is_file():
         if not as_path.is_file():
-            raise UsageError(f"{target}: no such file")
+            raise UsageError(not_a_file(target))
         lab = labs.find_by_file(as_path)
         if lab is None and (as_path.resolve().parent / "lab.toml").is_file():
             lab = _lab(as_path.resolve().parent.name)  # a lab whose manifest is broken says so
@@ -54,7 +67,7 @@ def _lab_and_file(target: str, file: str | None, version: str = "exercise") -> t
     if file:
         path = Path(file)
         if not path.is_file():
-            raise UsageError(f"{file}: no such file")
+            raise UsageError(not_a_file(file))
         return lab, path.resolve()
     chosen = {"exercise": lab.exercise, "original": lab.original, "solution": lab.solution}[version]
     if not chosen.exists():

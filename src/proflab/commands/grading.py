@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from .. import atomic, errors, labs, paths
+from .. import atomic, errors, labs, outputs, paths
 from ..running import processes
 from .common import KIT_ERROR, UsageError, _lab, _refuse_unsandboxed, _say, _status, err, out
 
@@ -105,9 +105,7 @@ def _grade_with(args, found, journal, where: Path) -> int:
     result = results[0]
     try:
         with processes.shielded():  # the outputs are written whole, even on a second Ctrl-C
-            failed = grade_formats.write(args.format, result, args.out, args.json_out)
-            _say(err, grade_formats.summary(result, *(p if p not in failed else None
-                                                      for p in (args.out, args.json_out))))
+            failed = _verdict_then_files(args, result)
             if not result.partial and not failed and not result.not_graded and not any(s.kit for s in result.skipped):
                 journal.remove()  # kept while a submission is not graded: --resume grades those again
     except KeyboardInterrupt:
@@ -115,7 +113,7 @@ def _grade_with(args, found, journal, where: Path) -> int:
     if result.partial:
         return 130
     if failed:
-        raise UsageError("; ".join(failed.values()))
+        return _unwritten(failed)
     if result.not_graded or any(s.kit for s in result.skipped):
         return KIT_ERROR
     return _required(args, result)
@@ -131,10 +129,38 @@ def _required(args, result) -> int:
     return 1
 
 
+def _verdict_then_files(args, result) -> dict[str, str]:
+    """The class table first, then the files: a file that cannot be written never takes the verdict with it
+    (its text goes to stdout instead); the files that could not be written, and why."""
+    from ..reporting import grade_formats
+
+    _say(err, grade_formats.summary(result))
+    failed = grade_formats.write(args.format, result, args.out, args.json_out)
+    for what, where in (("Written", args.out), ("JSON record", args.json_out)):
+        if where and where not in failed:
+            _say(err, f"[dim]{what}:[/] {escape(paths.display(Path(where)))}")
+    return failed
+
+
+def _unwritten(failed: dict[str, str]) -> int:
+    """Exit 3: the verdict above stands, and the files named could not be written (a full disk, a folder
+    that went away): the machine's failure, not the learner's."""
+    _say(err, f"[red]proflab:[/] {escape('; '.join(failed.values()))} (the verdict above stands; the kit "
+              "could not write its files: exit 3)")
+    return KIT_ERROR
+
+
 def _merge(args) -> int:
     from ..grading.engines import merge
     from ..reporting import grade_formats
 
+    for option, path in (("--out", args.out), ("--json-out", args.json_out)):
+        if path:
+            why = outputs.refusal(path, args.merge, option=option)
+            if why:
+                raise UsageError(why)
+    if args.out and args.json_out and Path(args.out).absolute().resolve() == Path(args.json_out).absolute().resolve():
+        raise UsageError("--out and --json-out name the same file: give them two names (or leave --json-out out)")
     try:
         result = merge.merge([Path(p) for p in args.merge])
     except merge.MergeError as e:
@@ -146,10 +172,9 @@ def _merge(args) -> int:
     if args.format == "gradescope" and len(learners) > 1:
         raise UsageError(f"--format gradescope holds one learner's results, and these hold {len(learners)}: "
                          "use --format json, junit or markdown")
-    failed = grade_formats.write(args.format, result, args.out, args.json_out)
-    _say(err, grade_formats.summary(result, *(p if p not in failed else None for p in (args.out, args.json_out))))
+    failed = _verdict_then_files(args, result)
     if failed:
-        raise UsageError("; ".join(failed.values()))
+        return _unwritten(failed)
     return _required(args, result)
 
 
@@ -235,9 +260,13 @@ def cmd_gate(args) -> int:
                     if x.gating is None and x.profiling is None and x.distributed is None]
             raise UsageError(f"lab {chosen.number} cannot be gated: {kind}; --lab takes the workload of a lab "
                              f"whose files are pipelines the kit profiles ({', '.join(able)})")
-    for path in filter(None, (args.junit, args.json_out)):
-        if paths.kit_owned(path) or Path(path).is_dir():
-            raise UsageError(paths.kit_owned(path) or f"{path} is a folder; --junit and --json-out take a file name")
+    gate_inputs = [s.values.get("file"), s.values.get("baseline"), args.config]
+    for option, path in (("--junit", args.junit), ("--json-out", args.json_out)):
+        why = outputs.refusal(path, gate_inputs, option=option) if path else ""
+        if why:
+            raise UsageError(why)
+    if args.junit and args.json_out and Path(args.junit).absolute().resolve() == Path(args.json_out).absolute().resolve():
+        raise UsageError("--junit and --json-out name the same file: give them two names")
     against = paths.display(Path(s.baseline)) if s.baseline else s.against
     try:
         with _status(f"Gating {Path(s.file).name} against {against}…") as update:
@@ -252,7 +281,9 @@ def cmd_gate(args) -> int:
     for path, write in ((args.junit, gate_report.to_junit), (args.json_out, gate_report.to_json)):
         if path:
             try:
-                atomic.write_text(path, write(result))
+                outputs.write_text(path, write(result), gate_inputs)
+            except (outputs.NotWritten, outputs.Refused) as e:
+                unwritten.append(str(e))
             except OSError as e:
                 unwritten.append(errors.describe(e, "write"))
     if unwritten:

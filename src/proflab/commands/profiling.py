@@ -27,8 +27,9 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from .. import atomic, quiet
+from .. import __version__, outputs, quiet
 from ..measuring import diagnosis, evidence
+from ..running import processes
 from .common import UsageError, err, out
 
 DEFAULT_STEPS = "5:8"
@@ -71,7 +72,11 @@ def _command(args, work: Path, start: int, stop: int, out_dir: Path) -> list[str
 def _run(cmd: list[str], timeout: float | None) -> tuple[int, bool]:
     """Run the script's process (or torchrun's), its output shown as it comes; (exit code, timed out)."""
     env = {**os.environ, "KINETO_LOG_LEVEL": quiet.QUIET_ENV["KINETO_LOG_LEVEL"], "PYTHONUNBUFFERED": "1"}
+    processes.become_subreaper()  # what the script leaves behind (a setsid child) is re-parented here, and found
+    before = processes.children_of_mine()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    tree = processes.Tree(proc.pid, others_before=before)
+    tree.scan()
     threads = [threading.Thread(target=_forward, args=(proc.stdout, sys.stdout), daemon=True),
                threading.Thread(target=_forward, args=(proc.stderr, sys.stderr), daemon=True)]
     for t in threads:
@@ -86,6 +91,13 @@ def _run(cmd: list[str], timeout: float | None) -> tuple[int, bool]:
         _stop(proc, signal.SIGINT)
         raise
     finally:
+        with processes.shielded():  # nothing of the script outlives it: its own session left, or not
+            left = [pid for pid in tree.scan() if pid != proc.pid]
+            tree.kill()
+        if left:
+            err.print(f"[yellow]proflab:[/] the script left {len(left)} process{'es' if len(left) > 1 else ''} "
+                      "running when it ended (started in a session of its own, or never waited for); the kit "
+                      "stopped them.")
         for t in threads:
             t.join(timeout=5)
     code = proc.returncode
@@ -209,9 +221,10 @@ def cmd_profile(args) -> int:
         raise UsageError("--nproc-per-node must be 1 or more")
     start, stop = _window(args.steps)
     out_dir = Path(args.out) if args.out else Path("runs") / script.stem
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UsageError(f"--out {args.out}: a file is in the way; give a folder")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    inputs = [script, *(a for a in args.args if a and Path(a).is_file())]  # the script's own files too
+    if args.json:
+        outputs.check(args.json, inputs, option="--json")
+    outputs.folder(out_dir, inputs, option="--out")
     ranks = f", {args.nproc_per_node} ranks under torchrun" if args.nproc_per_node > 1 else ""
     out.print(f"[dim]proflab: running {escape(' '.join([script.name, *args.args]))}{ranks}; profiling steps "
               f"{start} to {stop - 1} into {escape(str(out_dir))}/[/]")
@@ -224,8 +237,12 @@ def cmd_profile(args) -> int:
     traces = [Path(s["trace"]) for s in summaries if s.get("trace")]
     if not traces:
         err.print(f"[red]proflab:[/] no trace was written: {escape(_no_trace(first, code, timed_out, args))}.")
-        return code or 1
+        _own_profiler(first)
+        if timed_out:
+            return TIMED_OUT
+        return KIT_ERROR if first is not None and first.get("trace_error") else 1
     assert first is not None
+    _own_profiler(first)
     if first.get("table"):
         out.print(f"\n[bold]key_averages()[/] of the profiled steps, sorted by {first['sort_by']}"
                   + (" (rank 0)" if len(summaries) > 1 else "") + ":")
@@ -244,7 +261,8 @@ def cmd_profile(args) -> int:
                 return 1
             found.append({"rank": s.get("rank"), "trace": s["trace"], **asdict(d)})
     if args.json:
-        atomic.write_text(Path(args.json), json.dumps({
+        outputs.write_text(args.json, json.dumps({
+            "proflab": __version__,
             "script": str(script), "args": args.args, "exit_code": code, "window": [start, stop],
             "paced_by": first.get("source"), "paced_by_what": first.get("what"), "steps_run": len(first.get("ends") or []),
             "overhead": cost, "table": first.get("table", ""), "ranks": found}, indent=2))
@@ -252,6 +270,41 @@ def cmd_profile(args) -> int:
     out.print(f"\nTrace{'s' if len(traces) > 1 else ''}: " + ", ".join(escape(str(t)) for t in traces))
     out.print(f"Look at it: [bold]proflab tensorboard --logdir {escape(str(logdir))}[/] (run "
               f"[bold]{escape(out_dir.name)}[/]: Profile, Trace timeline).")
+    if timed_out:
+        err.print(f"[yellow]proflab:[/] the script was stopped after --timeout {args.timeout:g} s, "
+                  f"{_when(summaries, args.nproc_per_node, stop)} (exit {TIMED_OUT}).")
+        return TIMED_OUT
     if code:
-        err.print(f"[yellow]proflab:[/] the script itself exited with {code} after the profiled steps; see above.")
-    return code
+        err.print(f"[yellow]proflab:[/] the script itself exited with {code} {_when(summaries, args.nproc_per_node, stop)}; "
+                  "see above. proflab exits 1: the script failed, not the kit.")
+        return 1
+    return 0
+
+
+TIMED_OUT = 124  # as timeout(1) says it: the script ran past --timeout
+KIT_ERROR = 3
+
+
+def _when(summaries: list[dict], ranks: int, stop: int) -> str:
+    """When the script (or one of its ranks) ended: after the profiled steps, or during them."""
+    short = [s for s in summaries if len(s.get("ends") or []) < stop]
+    missing = max(ranks - len(summaries), 0)
+    if not short and not missing:
+        return "after the profiled steps"
+    said = []
+    for s in short:
+        who = f"rank {s['rank']}" if ranks > 1 and s.get("rank") is not None else "it"
+        said.append(f"{who} ended after {len(s.get('ends') or [])} steps")
+    if missing:
+        said.append(f"{missing} rank{'s' if missing > 1 else ''} ended without a word (killed?)")
+    return "during the profiled steps (" + "; ".join(said) + "): the trace holds the steps run before that"
+
+
+def _own_profiler(summary: dict | None) -> None:
+    """A word when the script runs torch.profiler itself: one profiler records at a time."""
+    started = (summary or {}).get("own_profiler") or 0
+    if started:
+        err.print(f"[yellow]proflab:[/] the script starts torch.profiler itself ({started} time"
+                  f"{'s' if started > 1 else ''}): only one profiler records at a time, so its own profile, or "
+                  "the kit's window, comes out empty or cut short. Run it here without its own profiler (or "
+                  "run it on its own, with python, to read its own table).")

@@ -143,7 +143,12 @@ def write(kind: str, project: Path, kit: str = "proflab", file: str | None = Non
         if above is not None and not above.is_dir():
             raise FileExistsError(f"{above.relative_to(project) if above.is_relative_to(project) else above} "
                                   f"is a file, where the folder of {path} should be: nothing was written")
+    from .. import outputs
+
+    for path in planned:
+        why = outputs.refusal(project / path, exists_ok=False)
+        if why:
+            raise FileExistsError(why)
     for path, text in planned.items():
-        (project / path).parent.mkdir(parents=True, exist_ok=True)
-        (project / path).write_text(text, encoding="utf-8")
+        outputs.write_text(project / path, text, exists_ok=False)
     return list(planned)

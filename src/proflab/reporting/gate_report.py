@@ -30,7 +30,9 @@ VERDICT_WORDS = {PASSED: "NO REGRESSION", FAILED: "REGRESSION", INCONCLUSIVE: "I
 
 
 def to_json(report: GateReport) -> str:
-    return json.dumps(report.as_dict(), indent=2)
+    from .. import __version__
+
+    return json.dumps({"proflab": __version__, **report.as_dict()}, indent=2)
 
 
 def _ms(us: float) -> str:

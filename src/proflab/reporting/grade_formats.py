@@ -40,6 +40,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import __version__, atomic, paths
+from .. import outputs as outputs_door
 from . import report as check_report
 from ..grading.verdicts import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Check, Report
 from ..grading.grade import Found, Graded, Result, Submission
@@ -69,20 +70,12 @@ def refusal(fmt: str, found: Found, folder: str, outputs: tuple[str | None, ...]
     for path in filter(None, outputs):
         if Path(path).resolve() in submitted:
             return f"{path} is a submission: an output written there would replace it; write it somewhere else"
-        if paths.kit_owned(path):
-            return paths.kit_owned(path) + "; write it somewhere else"
+        why = outputs_door.refusal(path, [sub.path for sub in found.submissions])
+        if why:
+            return why
         if Path(path).resolve().is_relative_to(class_folder):
             return (f"{path} is inside the class folder {folder}: an output written there could replace a "
                     "submission, and would be graded as one next time; write it somewhere else")
-    for path in filter(None, outputs):
-        target = Path(path)
-        if target.is_dir():
-            return f"{path} is a folder; --out and --json-out take a file name"
-        above = next((p for p in target.absolute().parents if p.exists()), None)
-        if above is not None and not above.is_dir():
-            return f"cannot write {path}: {paths.display(above)} is a file, not a folder"
-        if above is not None and not os.access(above, os.W_OK):
-            return f"cannot write {path}: {paths.display(above)} is not writable"
     return None
 
 
@@ -102,9 +95,11 @@ def write(fmt: str, result: Result, out: str | None, json_out: str | None) -> di
     failed = {}
     for path, content in files.items():
         try:
-            atomic.write_text(path, content)
-        except OSError as e:
-            failed[path] = f"could not write {path} ({e.strerror or e}); it follows on stdout instead"
+            outputs_door.write_text(path, content)
+        except (OSError, outputs_door.Refused) as e:
+            why = str(e) if isinstance(e, (outputs_door.NotWritten, outputs_door.Refused)) else \
+                f"could not write {path} ({e.strerror or e})"
+            failed[path] = f"{why}; it follows on stdout instead"
             _stdout(content)
     return failed
 

@@ -173,6 +173,32 @@ def _whole_steps_only(trace: Path, steps: int) -> None:
         trace.write_text(json.dumps(data))
 
 
+def _watch_own_profilers(ours, summary: dict) -> None:
+    """Count the profilers the script starts itself (``torch.profiler.profile``, the older
+    ``torch.autograd.profiler.profile``): one profiler records at a time, so a script's own leaves its table
+    or the kit's window empty; ``own_profiler`` in the summary says how many it started."""
+    import torch.autograd.profiler as legacy
+    import torch.profiler as modern
+
+    summary["own_profiler"] = 0
+
+    def counted(cls, name: str) -> None:
+        inner = getattr(cls, name, None)
+        if inner is None:
+            return
+
+        @functools.wraps(inner)
+        def wrapper(self, *args, **kwargs):
+            if self is not ours:
+                summary["own_profiler"] += 1
+            return inner(self, *args, **kwargs)
+
+        setattr(cls, name, wrapper)
+
+    counted(modern.profile, "start")
+    counted(legacy.profile, "__enter__")
+
+
 def _number(name: str) -> int:
     try:
         return int(name.split("#", 1)[1])
@@ -240,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                    on_trace_ready=trace_ready, record_shapes=opts.shapes, profile_memory=opts.memory,
                    with_stack=opts.stack)
     state = {"stopped": False}
+    _watch_own_profilers(prof, summary)
 
     def stepped() -> None:
         if state["stopped"]:
