@@ -12,7 +12,10 @@ name (``dataloader``), the lab's folder (``01_dataloader``) or its runs
 folder (``01-dataloader``). When one lab is being graded (``--lab``),
 ``exercise.py`` is that lab's too. Hidden files and ``__pycache__`` are
 passed over; any other file that maps to no lab is listed as not graded,
-with the reason, and never stops the grading.
+with the reason, and never stops the grading. A link (to a file or a folder)
+is never followed: it is listed as "a link, not graded". Several files for one
+learner's lab are all named: the one graded is chosen by ``pick``, the rule
+the autograder follows too.
 
 Every submission goes through ``checks.check``, the function behind
 ``proflab check``, one after another, never two at once: they are timed.
@@ -24,8 +27,11 @@ program writes next to itself lands. Each learner's runs get a label of their ow
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import shutil
+import stat
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -160,16 +166,16 @@ def find(folder: Path, only: labs.Lab | None, known: list[labs.Lab]) -> Found:
     if not entries:
         raise GradeError(f"{folder} holds no submissions. Put one file per learner and lab in it: "
                          f"{folder.name}/alice/1.py, or {folder.name}/alice__1.py")
-    submissions: list[Submission] = []
     skipped: list[Skipped] = []
-    graded_as: dict[tuple[str, int], str] = {}
+    candidates: dict[tuple[str, int], list[Submission]] = {}  # every file for a learner's lab, in name order
     whose = folder.resolve().name or "learner"
 
     def add(learner: str, path: Path, lab_name: str, shown: str, owned: bool = True) -> None:
         """``owned``: a file not graded counts as the learner's (not so for loose files of the folder)."""
         owner = learner if owned else ""
-        if not path.is_file():
-            skipped.append(Skipped(shown, "not a readable file", owner))
+        why = unreadable(path)
+        if why:
+            skipped.append(Skipped(shown, why, owner))
             return
         if path.suffix not in (".py", ".toml"):
             skipped.append(Skipped(shown, "not a Python file (.py)", owner))
@@ -186,23 +192,22 @@ def find(folder: Path, only: labs.Lab | None, known: list[labs.Lab]) -> Found:
             kind = "a gate's settings (.toml)" if lab.gating is not None else "a Python file (.py)"
             skipped.append(Skipped(shown, f"lab {lab.number}'s submission is {kind}", owner))
             return
-        first = graded_as.get((learner, lab.number))
-        if first:
-            skipped.append(Skipped(shown, f"a second file for lab {lab.number} by {learner}; {first} is graded",
-                                   learner))
-            return
-        graded_as[(learner, lab.number)] = shown
-        submissions.append(Submission(learner, lab, path, shown))
+        candidates.setdefault((learner, lab.number), []).append(Submission(learner, lab, path, shown))
 
     for entry in entries:
         if not _printable(entry.name):
             skipped.append(Skipped(_shown(entry.name), "its name is not valid UTF-8: rename it"))
+        elif entry.is_symlink():  # read, never followed: a link to a folder or a file is not the learner's file
+            owner = entry.stem.rsplit(FLAT, 1)[0] if FLAT in entry.stem else (entry.name if entry.is_dir() else "")
+            skipped.append(Skipped(entry.name + ("/" if entry.is_dir() else ""), LINK, owner.strip()))
         elif entry.is_dir():
             inner = _entries(entry)
             for path in inner:
                 shown = f"{entry.name}/{path.name}"
                 if not _printable(path.name):
                     skipped.append(Skipped(_shown(shown), "its name is not valid UTF-8: rename it", entry.name))
+                elif path.is_symlink():
+                    skipped.append(Skipped(shown, LINK, entry.name))
                 elif path.is_dir():
                     skipped.append(Skipped(shown + "/", f"a folder inside a learner's folder: put the files "
                                                         f"directly in {entry.name}/", entry.name))
@@ -216,7 +221,65 @@ def find(folder: Path, only: labs.Lab | None, known: list[labs.Lab]) -> Found:
                 add(learner, entry, lab_name, entry.name)
         else:
             add(whose, entry, entry.stem, entry.name, owned=False)
+    submissions: list[Submission] = []
+    for files in candidates.values():
+        chosen, others = pick([s.path for s in files], files[0].lab, [s.shown for s in files])
+        submissions.append(files[chosen])
+        skipped += [Skipped(files[i].shown, why, files[i].learner) for i, why in others.items()]
     return Found(folder, tuple(submissions), tuple(skipped))
+
+
+LINK = "a link, not graded: submissions are read, never followed; submit the file itself"
+
+
+def unreadable(path: Path) -> str:
+    """Why ``path`` is not read as a submission ("" when it is a plain file): a link (never followed,
+    wherever it points) or anything that is not a regular file (a folder, a FIFO, a device)."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError as e:
+        return f"not a readable file ({e.strerror or e})"
+    if stat.S_ISLNK(mode):
+        return LINK
+    if not stat.S_ISREG(mode):
+        return "not a readable file (not a regular file)"
+    return ""
+
+
+def _unchanged(path: Path, lab: labs.Lab) -> bool:
+    """Whether ``path`` is the lab's exercise as handed out (or its original), byte for byte."""
+    try:
+        digest = labs.sha256(path)
+    except OSError:
+        return False
+    handed = {lab.original_sha256}
+    try:
+        handed.add(labs.sha256(lab.exercise))
+    except OSError:
+        pass
+    return digest in handed
+
+
+def pick(paths: list[Path], lab: labs.Lab, shown: list[str]) -> tuple[int, dict[int, str]]:
+    """The rule for several files for one lab by one learner, the same in ``proflab grade`` and the
+    autograder: a file that is still the lab's exercise as handed out is passed over, and the first of
+    the others, in the order given (name order), is graded; when every one is unchanged, the first. The
+    index graded, and why each other one is not."""
+    if len(paths) == 1:
+        return 0, {}
+    unchanged = [_unchanged(p, lab) for p in paths]
+    chosen = next((i for i, same in enumerate(unchanged) if not same), 0)
+    others = {}
+    for i in range(len(paths)):
+        if i == chosen:
+            continue
+        if unchanged[i] and not unchanged[chosen]:
+            others[i] = (f"lab {lab.number}'s exercise as handed out, and {shown[chosen]} is changed: "
+                         f"{shown[chosen]} is graded (one file per lab)")
+        else:
+            others[i] = (f"a second file for lab {lab.number}; {shown[chosen]} is graded, the first in name order "
+                         "(one file per lab)")
+    return chosen, others
 
 
 def _printable(name: str) -> bool:
@@ -401,9 +464,11 @@ class Turn:
             return cls(sub, label, None, f"{e}. This is the kit's or the machine's failure")
         turn = cls(sub, label, scratch)
         try:
-            shutil.copyfile(sub.path, turn.copy)
+            _copy_unfollowed(sub.path, turn.copy)
         except OSError as e:
             turn.why = f"{sub.shown} could not be read: {e.strerror or e}"
+        except ValueError as e:  # it became a link, or something else than a file, since it was found
+            turn.why = f"{sub.shown}: {e}"
         else:
             turn.staged = staging.ahead(sub.lab, turn.copy, scratch)
         return turn
@@ -432,6 +497,22 @@ class Turn:
             self.staged.close()
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _copy_unfollowed(source: Path, target: Path) -> None:
+    """Copy a submission without following a link (one put in its place after it was found is refused too),
+    and without waiting on a FIFO."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError(LINK) from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a readable file (not a regular file)")
+        data = f.read()
+    target.write_bytes(data)
 
 
 def _not_graded(sub: Submission, label: str, why: str) -> checks.Report:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import stat
 import time
 import traceback
@@ -148,8 +149,9 @@ def bundle(graded: list[labs.Lab], out: Path, torch_index: str = TORCH_CPU, root
         for rel in kit_files(root, graded):
             _add(z, f"{KIT}/{rel.as_posix()}", (root / rel).read_bytes())
             names.append(f"{KIT}/{rel.as_posix()}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_verified(out, buffer.getvalue())
+    from ... import outputs
+
+    outputs.write_bytes(out, buffer.getvalue(), option="--out")  # read back and compared
     return names
 
 
@@ -198,50 +200,94 @@ def _names(lab: labs.Lab) -> set[str]:
     return {str(lab.number), f"{lab.number:02d}", lab.name, lab.folder.name, lab.slug}
 
 
-def locate(submission: Path, lab: labs.Lab, only: bool = False) -> Path | None:
-    """The learner's file for ``lab``: named after it at the top of the submission (``exercise.py`` too when
-    it is the only lab graded: ``only``), else the lab's exercise in an uploaded copy of the kit
-    (``labs/<lab>/exercise.py``, at most three folders down). Links are passed over."""
+KIT_DEPTH = 3  # an uploaded copy of the kit: labs/<lab>/exercise.py at most this many folders down
+
+
+def candidates(submission: Path, lab: labs.Lab, only: bool = False) -> list[Path]:
+    """Every file of the submission for ``lab``, in the order the rule reads them: named after it at the top
+    of the submission (``exercise.py`` too when it is the only lab graded: ``only``), by name, then the lab's
+    exercise in an uploaded copy of the kit (``labs/<lab>/exercise.py``, at most three folders down), the
+    shallowest first. Links are listed (to be named, never followed): a linked folder is not searched."""
     suffix = lab.exercise.suffix
-    try:
-        top = sorted(p for p in submission.iterdir() if p.is_file() and not p.is_symlink())
-    except OSError:
-        return None
     names = _names(lab) | ({lab.exercise.stem} if only else set())
-    for path in top:
-        if path.suffix == suffix and path.stem in names:
-            return path
-    for depth in range(4):
-        pattern = "/".join(["*"] * depth + ["labs", lab.folder.name, lab.exercise.name])
-        found = sorted(p for p in submission.glob(pattern) if p.is_file() and not p.is_symlink())
-        if found:
-            return found[0]
-    return None
+    try:
+        top = sorted(p for p in submission.iterdir() if p.suffix == suffix and p.stem in names
+                     and (p.is_symlink() or not p.is_dir()))
+    except OSError:
+        return []
+    tail = ("labs", lab.folder.name, lab.exercise.name)
+    copies = []
+    for here, folders, files in os.walk(submission, followlinks=False, onerror=lambda e: None):
+        rel = Path(here).relative_to(submission).parts
+        if len(rel) >= KIT_DEPTH + 2:
+            folders[:] = []
+        if rel[-2:] == tail[:2] and tail[2] in files and len(rel) <= KIT_DEPTH + 2:
+            copies.append(Path(here) / tail[2])
+    copies.sort(key=lambda p: (len(p.parts), str(p)))
+    return top + copies
+
+
+def locate(submission: Path, lab: labs.Lab, only: bool = False) -> Path | None:
+    """The file graded for ``lab`` (``grade.pick``'s rule among ``candidates``), or None."""
+    from ..grade import pick, unreadable
+
+    files = [p for p in candidates(submission, lab, only) if not unreadable(p)]
+    if not files:
+        return None
+    return files[pick(files, lab, [_shown(p, submission) for p in files])[0]]
+
+
+def _shown(path: Path, submission: Path) -> str:
+    """The path as written out: a name that is not UTF-8 keeps its readable part (results.json is UTF-8)."""
+    rel = path.relative_to(submission).as_posix()
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def gather(submission: Path, graded: list[labs.Lab], learner: str):
-    """What the submission holds for each graded lab: a ``grade.Found`` of its files to check, and the labs
-    with nothing to check (``Absent``)."""
-    from ..grade import Found, Submission
+    """What the submission holds for each graded lab: a ``grade.Found`` of its files to check (and of the
+    files named but not graded: links, a second file for a lab), and the labs with nothing to check
+    (``Absent``)."""
+    from ..grade import Found, Skipped, Submission, pick, unreadable
 
-    subs, absent = [], []
+    if not submission.is_dir():
+        why = "no such folder" if not (submission.exists() or submission.is_symlink()) else "not a folder"
+        raise SubmissionError(f"the submission {submission}: {why}")
+    subs, absent, skipped = [], [], []
     for lab in graded:
-        path = locate(submission, lab, only=len(graded) == 1)
-        if path is None:
+        files, links = [], []
+        for path in candidates(submission, lab, only=len(graded) == 1):
+            why = unreadable(path)
+            (links if why else files).append((path, _shown(path, submission), why))
+        skipped += [Skipped(shown, why, learner) for _, shown, why in links]
+        if not files:
             names = ", ".join(sorted(f"{n}{lab.exercise.suffix}" for n in _names(lab)))
-            absent.append(Absent(lab, f"no file for lab {lab.number} in the submission: name it one of {names}, "
-                                      f"or submit your copy of the kit with labs/{lab.folder.name}/"
-                                      f"{lab.exercise.name}"))
+            also = "".join(f"; {shown} is {why}" for _, shown, why in links)
+            absent.append(Absent(lab, f"no file for lab {lab.number} in the submission{also}: name it one of "
+                                      f"{names}, or submit your copy of the kit with labs/{lab.folder.name}/"
+                                      f"{lab.exercise.name}", links[0][1] if links else ""))
             continue
-        shown = path.relative_to(submission).as_posix()
-        digest = labs.sha256(path)
-        if digest in (labs.sha256(lab.exercise), lab.original_sha256) and lab.exercise.is_file():
+        chosen, others = pick([p for p, _, _ in files], lab, [s for _, s, _ in files])
+        skipped += [Skipped(files[i][1], why, learner) for i, why in others.items()]
+        path, shown, _ = files[chosen]
+        if grade_unchanged(path, lab):
+            more = f" ({len(files) - 1} other file(s) for it are unchanged too)" if len(files) > 1 else ""
             absent.append(Absent(lab, f"{shown} is lab {lab.number}'s exercise as handed out: nothing changed yet, "
-                                      "so there is nothing to check. Profile it, fix the bottleneck, then submit "
-                                      "again", shown))
+                                      f"so there is nothing to check{more}. Profile it, fix the bottleneck, then "
+                                      "submit again", shown))
             continue
         subs.append(Submission(learner, lab, path, shown))
-    return Found(submission, tuple(subs), ()), absent
+    return Found(submission, tuple(subs), tuple(skipped)), absent
+
+
+def grade_unchanged(path: Path, lab: labs.Lab) -> bool:
+    from ..grade import _unchanged
+
+    return lab.exercise.is_file() and _unchanged(path, lab)
+
+
+class SubmissionError(Exception):
+    """The submission folder the autograder was given is not there: the autograder's failure, not the
+    learner's (no lab is scored)."""
 
 
 def _absent_tests(a: Absent) -> list[dict[str, Any]]:
@@ -287,6 +333,30 @@ def failed_results(why: str, learner: str) -> dict[str, Any]:
             "extra_data": {"proflab": __version__, "learner": learner, "error": why}}
 
 
+def writable(data: Any) -> Any:
+    """``data`` with every string that UTF-8 cannot carry (a file name's undecodable bytes, kept by Python as
+    lone surrogates) made readable: those characters become U+FFFD."""
+    if isinstance(data, str):
+        try:
+            data.encode("utf-8")
+            return data
+        except UnicodeEncodeError:
+            return data.encode("utf-8", "surrogateescape" if _escaped(data) else "replace").decode("utf-8", "replace")
+    if isinstance(data, dict):
+        return {writable(k): writable(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [writable(v) for v in data]
+    return data
+
+
+def _escaped(text: str) -> bool:
+    try:
+        text.encode("utf-8", "surrogateescape")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def run(submission: Path, out: Path, metadata: Path | None = None, say=print) -> int:
     """``proflab autograder run``: grade ``submission``, write results.json to ``out``. Always 0 once it is
     written; 3 only when even that cannot be done."""
@@ -314,6 +384,9 @@ def run(submission: Path, out: Path, metadata: Path | None = None, say=print) ->
             f"lab {g.report.number}: {g.report.verdict} ({g.submission.shown}, {g.report.duration_s:.0f} s)"))
         data = results(found, absent, result, sandbox_line, learner)
         data["execution_time"] = round(time.perf_counter() - started)
+    except SubmissionError as e:  # the autograder's setup, not the learner: no lab is scored 0 for it
+        say(f"proflab: {e}")
+        data = failed_results(str(e), learner)
     except BaseException as e:  # noqa: BLE001 - the autograder never fails on a submission: it says why
         if isinstance(e, KeyboardInterrupt):
             why = "the autograder was stopped (Gradescope's time limit, or a signal) before it was done"
@@ -321,11 +394,14 @@ def run(submission: Path, out: Path, metadata: Path | None = None, say=print) ->
             why = f"{type(e).__name__}: {e}"
         say(traceback.format_exc())
         data = failed_results(why, learner)
+    data = writable(data)  # whatever the submission's names hold, results.json is UTF-8
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_text(out, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    except OSError as e:
-        say(f"cannot write {out}: {e}")
+        from ... import outputs
+
+        outputs.write_text(out, json.dumps(data, indent=2, ensure_ascii=False) + "\n", [submission, metadata],
+                           option="--results")
+    except (OSError, ValueError) as e:  # outputs.NotWritten and outputs.Refused name the file
+        say(str(e) if str(out) in str(e) else f"cannot write {out}: {e}")
         return 3
     say(f"results written to {out}: {data.get('score')} points")
     return 0
