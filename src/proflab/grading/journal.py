@@ -174,14 +174,15 @@ class Journal:
     def read(cls, path: Path) -> "Journal":
         """A journal from its file; a last line cut short by an interruption is left out."""
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            # bytes that are not UTF-8 (a journal overwritten by something else) make lines that are not JSON
+            lines = path.read_bytes().decode("utf-8", "replace").splitlines()
         except OSError as e:
             raise JournalError(f"cannot read {paths.display(path)}: {e.strerror or e}") from None
         records = []
         for line in lines:
             try:
                 records.append(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue  # the line being written when it stopped
         if not records or not isinstance(records[0], dict) or "journal" not in records[0]:
             raise Broken(f"{paths.display(path)} is not a grading journal (its first line is not a journal's "
@@ -190,14 +191,21 @@ class Journal:
             raise JournalError(f"{paths.display(path)} is not a grading journal this version can read; "
                                "use --restart")
         journal = cls(path, records[0])
-        for record in records[1:]:
+        unread: list[str] = []
+        for n, record in enumerate(records[1:], 2):
             try:
                 if not isinstance(record, dict):
-                    continue
+                    raise ValueError(f"a {type(record).__name__}, not an object")
+                if not isinstance(record.get("file"), str) or not isinstance(record.get("sha256"), str):
+                    raise ValueError("no file or fingerprint")
                 journal.entries[record["file"]] = Entry(record["file"], record["sha256"],
                                                         Report.from_dict(record["report"]))
-            except (KeyError, TypeError, ValueError):
-                continue
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                unread.append(f"{n}: {str(e) if not isinstance(e, KeyError) else f'no {e}'}")
+        if unread:
+            journal.note = (f"{len(unread)} verdict{'s' if len(unread) != 1 else ''} in {paths.display(path)} "
+                            f"could not be read (entry {'; entry '.join(unread[:3])}"
+                            f"{'; …' if len(unread) > 3 else ''}): those submissions are graded again")
         return journal
 
     def done(self, shown: str, path: Path) -> Report | None:

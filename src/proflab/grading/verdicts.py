@@ -137,10 +137,61 @@ class Report(Verdict):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Report":
         """A report from ``as_dict``'s record (a grading's journal)."""
-        known, of_check = {f.name for f in fields(cls)}, {f.name for f in fields(Check)}
+        if not isinstance(data, dict):
+            raise ValueError(f"a report is an object, and this is {_kind(data)}")
+        known, of_check = {f.name: f.type for f in fields(cls)}, {f.name: f.type for f in fields(Check)}
         values = {k: v for k, v in data.items() if k in known}
-        values["checks"] = [Check(**{k: v for k, v in c.items() if k in of_check}) for c in data["checks"]]
+        if not isinstance(values.get("checks"), list):
+            raise ValueError(f"its checks are a list, and these are {_kind(values.get('checks'))}")
+        for c in values["checks"]:
+            if not isinstance(c, dict):
+                raise ValueError(f"each of its checks is an object, and one is {_kind(c)}")
+        for name, value in values.items():
+            if name != "checks" and not _fits(value, known[name]):
+                raise ValueError(f"its {name} ({_kind(value)}) does not read as {known[name]}")
+        checks = [{k: v for k, v in c.items() if k in of_check} for c in values["checks"]]
+        for c in checks:
+            for name, value in c.items():
+                if not _fits(value, of_check[name]):
+                    raise ValueError(f"a check's {name} ({_kind(value)}) does not read as {of_check[name]}")
+        values["checks"] = [Check(**c) for c in checks]
         return cls(**values)
+
+
+def _kind(value: Any) -> str:
+    return "nothing" if value is None else f"a {type(value).__name__}"
+
+
+def _split(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` outside brackets (an annotation: ``dict[str, float] | None``)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch == "["
+        depth -= ch == "]"
+        if depth == 0 and text.startswith(sep, i):
+            parts.append(text[start:i].strip())
+            start = i + len(sep)
+    return parts + [text[start:].strip()]
+
+
+_PLAIN = {"str": str, "int": int, "float": (int, float), "bool": bool, "None": type(None)}
+
+
+def _fits(value: Any, annotation: str) -> bool:
+    """Whether a value read back from JSON fits a field's annotation (its containers one level in)."""
+    for alt in _split(annotation, "|"):
+        base, _, inner = alt.partition("[")
+        args = _split(inner[:-1], ",") if inner else []
+        if base == "Any":
+            return True
+        if base in _PLAIN and isinstance(value, _PLAIN[base]) and not (base == "float" and isinstance(value, bool)):
+            return True
+        if base == "dict" and isinstance(value, dict):
+            return all(isinstance(k, str) for k in value) and (
+                not args or all(_fits(v, args[1]) for v in value.values()))
+        if base == "list" and isinstance(value, list):
+            return not args or args[0] == "Check" or all(_fits(v, args[0]) for v in value)
+    return False
 
 
 Progress = Callable[[str], None]

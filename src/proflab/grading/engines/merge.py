@@ -21,7 +21,9 @@ why. A file that is none of these is listed too, never a crash.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import time
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
@@ -40,12 +42,31 @@ class MergeError(Exception):
 
 
 def files(inputs: list[Path]) -> Iterator[Path]:
+    """The files to read: those given, and in each folder given every ``.json`` and ``.xml`` one (what is not a
+    regular file among them, a FIFO or a device, is yielded too, to be named and left unread)."""
     for given in inputs:
         if given.is_dir():
-            yield from sorted(p for p in given.rglob("*") if p.is_file() and p.suffix in SUFFIXES
-                              and not p.name.startswith("."))
+            yield from sorted(p for p in given.rglob("*") if p.suffix in SUFFIXES and not p.name.startswith(".")
+                              and not p.is_dir())
         else:
             yield given
+
+
+TOO_LARGE = 1 << 30  # a file this large is no record of a class: left unread
+
+
+def read_text(path: Path) -> str:
+    """A file's text, never waiting on it: what is not a regular file (a FIFO, which would wait for a writer
+    forever, a device) is refused before a byte is read (``ValueError`` says why). A UTF-8 BOM is dropped."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "not a regular file"
+            raise ValueError(f"{kind}: not read")
+        if info.st_size > TOO_LARGE:
+            raise ValueError(f"{info.st_size / 1e9:.1f} GB: too large to be a record, not read")
+        return f.read().decode("utf-8-sig")
 
 
 def _metadata_learners(folder: Path) -> dict[str, str]:
@@ -55,8 +76,8 @@ def _metadata_learners(folder: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     for meta in folder.rglob("submission_metadata.yml"):
         try:
-            data = yaml.safe_load(meta.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError):
+            data = yaml.safe_load(read_text(meta)) or {}
+        except (OSError, ValueError, RecursionError, yaml.YAMLError):
             continue
         for name, entry in data.items() if isinstance(data, dict) else ():
             if not isinstance(entry, dict):
@@ -70,6 +91,27 @@ def _metadata_learners(folder: Path) -> dict[str, str]:
 
 def _plain(entry: Any) -> dict[str, Any]:
     return {str(k).strip(":"): v for k, v in entry.items()} if isinstance(entry, dict) else {}
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, KeyError):
+        return f"no {e} in it"
+    return str(e) or type(e).__name__
+
+
+def _renders(graded: Graded) -> None:
+    """Every format renders this one record (a record read back may hold a value of the wrong kind deep in it:
+    it is named as unreadable here, and not a crash of the whole class's table)."""
+    import io
+
+    from rich.console import Console
+
+    from ...reporting import grade_formats
+
+    alone = Result(Path("."), [graded], [], [graded.submission.learner], "", 0.0)
+    for fmt in ("json", "junit", "markdown", "gradescope"):
+        grade_formats.render(fmt, alone)
+    Console(file=io.StringIO(), width=200).print(grade_formats.summary(alone))
 
 
 class Merger:
@@ -90,7 +132,12 @@ class Merger:
                                         learner))
             return
         when = source.stat().st_mtime
-        graded = Graded(Submission(learner, lab, source, shown), report, score(report, lab.grading))
+        try:
+            graded = Graded(Submission(learner, lab, source, shown), report, score(report, lab.grading))
+            _renders(graded)
+        except Exception as e:  # noqa: BLE001 - a record the tables cannot show is named, never a crash
+            self.skipped.append(Skipped(shown, f"a record that cannot be read ({_why(e)})", learner))
+            return
         key = (learner, lab.number)
         before = self.found.get(key)
         if before is None or when >= before[0]:
@@ -107,8 +154,8 @@ class Merger:
     def read(self, path: Path) -> None:
         shown = str(path)
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
+            text = read_text(path)
+        except (OSError, UnicodeDecodeError, ValueError) as e:
             self.skipped.append(Skipped(shown, f"cannot be read: {getattr(e, 'strerror', None) or e}"))
             return
         if path.suffix == ".xml":
@@ -118,8 +165,15 @@ class Merger:
         except ValueError as e:
             self.skipped.append(Skipped(shown, f"not JSON ({e})"))
             return
+        except RecursionError:
+            self.skipped.append(Skipped(shown, "JSON nested too deep to be a record: not read"))
+            return
         if isinstance(data, dict) and isinstance(data.get("submissions"), list) and "proflab" in data:
-            for record in data["submissions"]:
+            for i, record in enumerate(data["submissions"], 1):
+                if not isinstance(record, dict):
+                    self.skipped.append(Skipped(f"{shown}: submission {i}", f"a record is an object, and this "
+                                                                            f"is a {type(record).__name__}"))
+                    continue
                 self._record(record, path, f"{shown}: {record.get('file', '?')}")
         elif isinstance(data, dict) and isinstance(data.get("tests"), list):
             self._gradescope(data, path, shown)
@@ -129,13 +183,18 @@ class Merger:
     def _record(self, record: dict[str, Any], path: Path, shown: str) -> None:
         try:
             report = Report.from_dict({**record, "file": record.get("file", ""), "label": ""})
-        except (TypeError, KeyError) as e:
-            self.skipped.append(Skipped(shown, f"a record that cannot be read ({e})", record.get("learner", "")))
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
+            self.skipped.append(Skipped(shown, f"a record that cannot be read ({_why(e)})",
+                                        str(record.get("learner") or "")))
             return
         self.add(str(record.get("learner") or "learner"), report, path, shown)
 
     def _gradescope(self, data: dict[str, Any], path: Path, shown: str) -> None:
         extra = data.get("extra_data") or {}
+        if not isinstance(extra, dict):
+            self.skipped.append(Skipped(shown, f"a results.json whose extra_data is a {type(extra).__name__}, "
+                                               "not an object: not written by proflab's autograder"))
+            return
         records = extra.get("records")
         if not isinstance(records, list):
             self.skipped.append(Skipped(shown, "a results.json not written by proflab's autograder (no records "
@@ -146,16 +205,17 @@ class Merger:
             folder = next((p.name for p in path.parents if p.name in self.named), None)
             parent = path.parent.parent if path.parent.name == "results" else path.parent
             learner = self.named[folder] if folder else (parent.name or "learner")
-        for entry in records:
+        for i, entry in enumerate(records, 1):
+            where = f"{shown}: {entry.get('file', '?')}" if isinstance(entry, dict) else f"{shown}: record {i}"
             try:
                 report = Report.from_dict(entry["report"])
-            except (TypeError, KeyError) as e:
-                self.skipped.append(Skipped(shown, f"a record that cannot be read ({e})", learner))
+            except (TypeError, KeyError, ValueError, AttributeError) as e:
+                self.skipped.append(Skipped(where, f"a record that cannot be read ({_why(e)})", learner))
                 continue
-            self.add(learner, report, path, f"{shown}: {entry.get('file', '?')}")
+            self.add(learner, report, path, where)
         if not records and not extra.get("absent"):
-            self.skipped.append(Skipped(shown, "the autograder graded nothing here: "
-                                               + str(data.get("output", "")).splitlines()[0][:200], learner))
+            said = (str(data.get("output") or "").splitlines() or ["(its output is empty)"])[0][:200]
+            self.skipped.append(Skipped(shown, "the autograder graded nothing here: " + said, learner))
 
     def _junit(self, path: Path, shown: str, text: str) -> None:
         try:
