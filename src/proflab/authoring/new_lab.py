@@ -17,6 +17,7 @@ Nothing existing is overwritten: a name already taken is refused before anything
 from __future__ import annotations
 
 import hashlib
+import keyword
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +80,9 @@ def new_lab(root: Path, name: str, title: str = "", number: int | None = None) -
     if not NAME.fullmatch(name):
         raise AuthoringError(f"'{name}' is not a lab name: lower case letters, digits and _, starting with a "
                              "letter (it names the lab's folder, its runs and its labkit module)")
+    if keyword.iskeyword(name):
+        raise AuthoringError(f"'{name}' is a Python keyword: it names the lab's labkit module, and "
+                             f"`from proflab.labkit import {name}` would not parse; choose another name")
     found, broken = labs.discover_all(root / "labs")
     taken = {lab.number: lab.folder.name for lab in found} | {b.number: b.folder.name for b in broken if b.number}
     if any(lab.name == name for lab in found) or any(b.folder.name.split("_", 1)[-1] == name for b in broken):
@@ -159,6 +163,9 @@ def new_metric(root: Path, metric: str, unit: str = "calls") -> Written:
     if not NAME.fullmatch(metric):
         raise AuthoringError(f"'{metric}' is not a metric name: lower case letters, digits and _ (a lab's "
                              "[evidence] metric names it, and it names its module)")
+    if keyword.iskeyword(metric):
+        raise AuthoringError(f"'{metric}' is a Python keyword: it names the metric's module, which could not be "
+                             "imported; choose another name")
     package = root / "src" / "proflab" / "measuring" / "metrics"
     registry = package / "__init__.py"
     if (package / f"{metric}.py").exists():

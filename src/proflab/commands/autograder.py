@@ -52,7 +52,10 @@ def _classroom(args) -> int:
     if target.is_file() and not target.is_symlink() and not args.force:
         raise UsageError(f"{target} exists: it is left as it is (--force writes over it)")
     outputs.check(target, option="--out", exists_ok=False, force=args.force)  # --force: only a workflow of ours
-    text = classroom.workflow(graded, args.kit_url, ref)
+    try:
+        text = classroom.workflow(graded, args.kit_url, ref)
+    except classroom.ClassroomError as e:
+        raise UsageError(str(e)) from None
     outputs.write_text(target, text, exists_ok=False, force=args.force)
     out.print(f"Wrote [bold]{escape(paths.display(target))}[/]: checks labs "
               f"{' '.join(str(lab.number) for lab in graded)} on every push, with the kit pinned at "

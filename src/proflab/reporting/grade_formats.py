@@ -208,6 +208,14 @@ def submission_record(graded: Graded) -> dict[str, Any]:
         "breakdown": r.breakdown,
         "memory": r.memory,  # a lab graded on memory: every run's peak, read from outside it
         "traces": r.traces,
+        "trace_sha256": r.trace_sha256,  # each trace's fingerprint as the checker kept it
+        "rank_traces": r.rank_traces,
+        "rank_trace_sha256": r.rank_trace_sha256,
+        "sandboxed": r.sandboxed,  # every run in a sandbox of the engine's
+        "sandbox": r.sandbox,  # which, in words
+        "audited": r.audited,  # the source audit ran
+        "refused": r.refused,  # what it refused, line by line
+        "notes": r.notes,
         "output": r.output,
         "traceback": r.traceback,
     }

@@ -22,6 +22,8 @@ on the class's repositories, or Gradescope).
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
@@ -59,7 +61,40 @@ def gather_lines(graded: list[labs.Lab]) -> list[str]:
     return lines
 
 
+class ClassroomError(Exception):
+    """A value given for the workflow cannot go into it as it is (a usage error: the message says why)."""
+
+
+REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")  # a commit, a tag or a branch: what git fetch takes as a ref
+
+
+def checked(kit_url: str, kit_ref: str) -> None:
+    """Refuse a value that would change the workflow rather than fill it: a line break or another control
+    character (a new YAML key, a new shell line), a GitHub expression (``${{ … }}``, evaluated by Actions), a
+    leading '-' (read by git as an option), a ref git would not take."""
+    for what, value in (("--kit-url", kit_url), ("--kit-ref", kit_ref)):
+        if not value.strip():
+            raise ClassroomError(f"{what} is empty: name the kit's repository and the commit or tag it pins")
+        bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None)
+        if bad is not None:
+            raise ClassroomError(f"{what} {value!r} holds a control character ({bad!r}); a line break would write "
+                                 "its own lines into the workflow: give the value on one line")
+        if "${{" in value:
+            raise ClassroomError(f"{what} {value!r} holds a GitHub expression ('${{{{'), which Actions would "
+                                 "evaluate: give the plain value")
+        if value.startswith("-"):
+            raise ClassroomError(f"{what} {value!r} starts with '-', which git reads as an option")
+    if not REF.fullmatch(kit_ref):
+        raise ClassroomError(f"--kit-ref {kit_ref!r}: name a commit, a tag or a branch (letters, digits, . _ / -)")
+
+
+def _quoted(value: str) -> str:
+    """A YAML scalar that holds ``value`` as it is (a JSON string is a YAML double-quoted scalar)."""
+    return json.dumps(value)
+
+
 def workflow(graded: list[labs.Lab], kit_url: str, kit_ref: str, python: str = "3.11") -> str:
+    checked(kit_url, kit_ref)
     made = datetime.now(timezone.utc).isoformat(timespec="seconds")
     numbers = " ".join(str(lab.number) for lab in graded)
     gather = "\n".join("          " + line for line in gather_lines(graded))
@@ -72,8 +107,8 @@ on:
 permissions:
   contents: read
 env:
-  PROFLAB_KIT: {kit_url}
-  PROFLAB_REF: {kit_ref}
+  PROFLAB_KIT: {_quoted(kit_url)}
+  PROFLAB_REF: {_quoted(kit_ref)}
   PROFLAB_ROOT: ${{{{ github.workspace }}}}/{KIT}
   LEARNER: ${{{{ github.actor }}}}
 jobs:

@@ -190,7 +190,8 @@ class Merger:
         self.add(str(record.get("learner") or "learner"), report, path, shown)
 
     def _gradescope(self, data: dict[str, Any], path: Path, shown: str) -> None:
-        extra = data.get("extra_data") or {}
+        extra = data.get("extra_data")
+        extra = {} if extra is None else extra
         if not isinstance(extra, dict):
             self.skipped.append(Skipped(shown, f"a results.json whose extra_data is a {type(extra).__name__}, "
                                                "not an object: not written by proflab's autograder"))
