@@ -67,6 +67,7 @@ class Rounds:
         self.learners: list[execute.Outcome] = []
         self.loaded: dict[str, evidence.Trace] = {}  # the first runs' traces, read once by execute, until the evidence
         self.failed: execute.Outcome | None = None  # the learner's run that failed, ending its round
+        self.controlled = ""  # what the control run said of that failure (``_control``), when one ran
         self.differing: Differing | None = None  # the learner's run that did other work than the original's
         self.unchanged = False  # the file is the original, byte for byte
         self._seeds: dict[int, int] = {}
@@ -91,7 +92,7 @@ class Rounds:
                     # While the servers import, the data are verified; then every server of the session is
                     # waited for: no timed run shares the machine with an import.
                     data = prepare_data(self.lab)
-                    forkserver.settle()
+                    forkserver.settle(self.lab.workload.timeout_s)
                     yield from self._rounds(staged, data)
                 finally:
                     publish_traces(self.lab, asked.label, report)
@@ -154,7 +155,7 @@ class Rounds:
                 if not outcome.ok:
                     report.traceback = outcome.result.get("traceback", "") or outcome.stderr
                     self.failed = outcome
-                    return True
+                    return self._control(outcome)
                 self.learners.append(outcome)
             else:
                 if not outcome.ok:
@@ -179,6 +180,29 @@ class Rounds:
         self._tally()
         return True
 
+    def _control(self, failed: execute.Outcome) -> bool:
+        """Before a learner's run is failed for a reason that could be the machine's or the kit's (a crash,
+        a signal, a hang, an error in reading the lab's data), the original runs the same way, in this
+        round, as a control: if it fails too, the fault is not the learner's, and nothing is graded (False,
+        the report an error). True when the failure stands (the control passed, or none was needed)."""
+        if not machine_could_fail(failed) or self.unchanged:
+            return True
+        self.asked.on_progress("your run failed in a way the machine could cause: running the original the "
+                               "same way, as a control")
+        control = self._run("original", control=True)
+        if control.ok:
+            self.controlled = "the original, run the same way as a control, ran through: the failure is your file's"
+            return True
+        report = self.report
+        report.verdict = "error"
+        theirs = control.result.get("message", control.status)
+        mine = failed.result.get("message", failed.status)
+        report.error = (f"your file's run failed ({mine}), and so did the original's, run the same way as a control "
+                        f"({theirs}): this is a problem of the kit or the machine, not of your fix. Nothing was "
+                        "recorded against you; check again, and run `proflab doctor` if it happens again")
+        report.traceback = control.result.get("traceback", "") or control.stderr
+        return False
+
     def _tally(self) -> None:
         """The rounds' figures so far, into the report: each version's time per step and first step, every
         step's time, and (a lab graded on memory) each round's peaks."""
@@ -200,10 +224,11 @@ class Rounds:
         if lab.leaner:
             record_peaks(report, originals, learners)
 
-    def _run(self, which: str) -> execute.Outcome:
-        """One run of ``which`` version in this round, on the round's inputs; each version's first is profiled."""
+    def _run(self, which: str, control: bool = False) -> execute.Outcome:
+        """One run of ``which`` version in this round, on the round's inputs; each version's first is profiled
+        (a ``control`` run is not: it only has to run through)."""
         lab, report, asked, staged = self.lab, self.report, self.asked, self._staged
-        first = not (self.originals if which == "original" else self.learners)
+        first = not control and not (self.originals if which == "original" else self.learners)
         name = "original" if which == "original" else asked.label
         what = "original" if which == "original" else self.file.name
         round_no, rounds = self.round_no, self.rounds
@@ -250,6 +275,22 @@ class Rounds:
         round limit and while it fits in its time budget.
         """
         return stop_reason(self.lab, self.settled(self), self.round_no, elapsed_s)
+
+
+# The kinds of failure a broken machine or kit can cause as well as a learner's file: a run that died
+# without a result (an engine that fails, a signal), a hang, a crash; and exceptions of the lab's data.
+MACHINE_KINDS = {"crash", "timeout", "missing_result"}
+MACHINE_ERRORS = ("DataError", "OSError", "FileNotFoundError", "PermissionError", "MemoryError", "EOFError",
+                  "ConnectionError", "BrokenPipeError", "ConnectionResetError", "TimeoutError")
+
+
+def machine_could_fail(run: execute.Outcome) -> bool:
+    """Whether ``run``'s failure is of a kind the machine or the kit could cause, so that a control decides."""
+    kind = run.result.get("kind", run.status)
+    if run.status in ("crash", "timeout") or kind in MACHINE_KINDS:
+        return True
+    message = str(run.result.get("message", ""))
+    return kind == "exception" and message.split(":", 1)[0].strip() in MACHINE_ERRORS
 
 
 def _after_of(run: execute.Outcome, figure: str) -> float | None:

@@ -91,15 +91,17 @@ FORK = True
 
 
 def _start(server, scratch: Path, spec: dict[str, Any], env: dict[str, str], workdir: Path, out, err,
-           mark_fd: int, box=None):
+           mark_fd: int, box=None, limit: float = forkserver.READY_TIMEOUT_S):
     """The run's first process, and what reads its CPU time from the kernel (None where nothing can):
     forked by ``server`` (its cgroup), or (with no server, or one that fails to fork) a fresh ``python -m
     proflab.running.runner SPEC`` in a cgroup of its own, in a sandbox of its own where ``box`` is given.
     A distributed lab's starts its torchrun job (``torchrun``)."""
     if server is not None:
-        try:
-            return server.spawn(scratch / "spec.json", workdir, env, out.fileno(), err.fileno(), mark_fd), \
-                server.run_cpu_s
+        try:  # the server is waited for no longer than the run itself may take
+            return server.spawn(scratch / "spec.json", workdir, env, out.fileno(), err.fileno(), mark_fd,
+                                ready_s=min(forkserver.READY_TIMEOUT_S, limit)), server.run_cpu_s
+        except forkserver.EngineFailed as e:
+            raise errors.KitError(str(e)) from None
         except forkserver.ServerError:
             spec["mark_fd"] = mark_fd
             (scratch / "spec.json").write_text(json.dumps(spec))
@@ -482,7 +484,7 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
     with out_file as out, err_file as err:
         try:
             try:
-                proc, counter = _start(server, scratch, spec, env, workdir, out, err, write_end, box)
+                proc, counter = _start(server, scratch, spec, env, workdir, out, err, write_end, box, limit)
             finally:
                 os.close(write_end)
             child["cpu"] = counter

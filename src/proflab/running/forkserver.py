@@ -51,6 +51,7 @@ MARK_FD = 3  # the mark pipe's number in a forked child
 MESSAGE_MAX = 1 << 20
 READY_TIMEOUT_S = 120.0  # importing torch on a very busy machine
 ANSWER_TIMEOUT_S = 10.0  # a fork, once asked for
+SILENT_CPU_S = 0.5  # a server that used less CPU than this while it never answered is not importing: it hangs
 
 # What every server imports before it forks its first child: torch, and what the runner needs; a run
 # asks for more (``execute.preload_for``: what the lab's files import). torch._inductor too: the
@@ -62,6 +63,10 @@ PRELOAD = ("torch", "torch.profiler", "torch._inductor", "proflab.running.runner
 
 class ServerError(RuntimeError):
     """The server could not be started, or stopped answering."""
+
+
+class EngineFailed(ServerError):
+    """The sandbox engine started, and never ran the server: a run started by it fares no better."""
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -201,17 +206,23 @@ class Server:
         self.init_pid: int | None = None  # the sandbox's first process (bubblewrap's, PID 1 inside)
         self._as_started: tuple | None = None  # how the server was scheduled once ready (``tampered``)
         self.ready: bool | None = None  # None: still importing
+        self.silent = False  # it never answered while alive (``wait_ready``): its engine hangs
         self.usable = True
         self.busy: int | None = None  # the child whose exit status is awaited
         self.taken = False  # by a run, from ``server_for`` until ``release``: one run at a time
 
-    def wait_ready(self) -> bool:
-        """Whether the server has imported everything and may fork (it then has no CUDA driver loaded)."""
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
+        """Whether the server has imported everything and may fork (it then has no CUDA driver loaded);
+        waited for at most ``timeout_s`` (``silent`` then says it never answered)."""
         if self.ready is None:
             try:
-                hello = self._receive(READY_TIMEOUT_S)
+                hello = self._receive(timeout_s)
+                if hello is None and self.proc.poll() is None and self._working():
+                    hello = self._receive(max(0.0, READY_TIMEOUT_S - timeout_s))  # importing, slowly: wait on
             except ServerError:
                 hello = None
+            # alive, never said a word, and used no CPU: its engine hangs (a slow import works)
+            self.silent = hello is None and self.proc.poll() is None and not self._working()
             self.ready = bool(hello and hello.get("ready") and not hello.get("cuda_driver_loaded"))
             if self.ready and self.box is not None:
                 self.ready = self._find_in_sandbox()
@@ -220,6 +231,11 @@ class Server:
             if not self.ready:
                 self.usable = False
         return self.ready and self.usable
+
+    def _working(self) -> bool:
+        """Whether the server's processes have used CPU (importing, say): True where that cannot be read."""
+        used = self.group.usage_s() if self.group is not None else None
+        return used is None or used >= SILENT_CPU_S
 
     def _find_in_sandbox(self) -> bool:
         """The server's PID as seen here, and its sandbox's: bubblewrap's process (``proc``) starts the
@@ -264,8 +280,13 @@ class Server:
         return usage - cgroups.own_cpu_s((self.proc.pid, self.init_pid, self.pid))
 
     def spawn(self, spec_path: Path, cwd: Path, env: dict[str, str], stdout: int, stderr: int,
-              mark: int) -> Child:
-        if not self.wait_ready():
+              mark: int, ready_s: float = READY_TIMEOUT_S) -> Child:
+        if not self.wait_ready(ready_s):
+            if self.box is not None and self.silent:
+                # the sandbox engine started and never ran the server: it would not run the run either
+                self.kill()
+                raise EngineFailed(f"the sandbox engine started no run server within {ready_s:.0f} s (it hangs "
+                                   f"after its start-up probe); `proflab doctor` tells more")
             raise ServerError(f"the run server cannot fork runs: {self._log_tail() or 'no message'}")
         request = json.dumps({"spec": str(spec_path), "cwd": str(cwd), "env": env}).encode()
         if len(request) > MESSAGE_MAX:
@@ -462,14 +483,16 @@ def server_for(env: dict[str, str], leave_out: tuple[str, ...] = (), preload: tu
     return server, False
 
 
-def settle() -> None:
-    """Wait until every server of the session has imported what it preloads (or failed to): the first
-    timed run of one version then never shares the machine with the other's imports."""
+def settle(timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Wait until every server of the session has imported what it preloads (or failed to), at most
+    ``timeout_s`` in all: the first timed run of one version then never shares the machine with the other's
+    imports. A server still silent then is waited for no longer (its first run says so)."""
     with _lock:
         servers = list(_sessions[-1].values()) if _sessions else []
+    deadline = time.monotonic() + min(timeout_s, READY_TIMEOUT_S)
     for server in servers:
         if server.ready is None:
-            server.wait_ready()
+            server.wait_ready(max(0.0, deadline - time.monotonic()))
 
 
 def retire(role: str) -> None:

@@ -37,6 +37,8 @@ def decide(trial: Rounds, check: Check) -> str | None:
             check.passed(f"{name} ran, but stopped early", actual=f"{failed.result.get('steps_done', 0)} steps")
             return None
         runtime_failure(check, failed, trial.lab, trial.timeout_s)
+        if trial.controlled:  # a failure the machine could cause: the original ran through the same way
+            check.details = [*(check.details or []), trial.controlled]
         return FAILED
     if trial.differing is not None:  # it ran through: same_results says what it did otherwise
         run = trial.differing.run

@@ -1,0 +1,98 @@
+"""A control before any blame: a learner's run that fails in a way the machine or the kit could cause (the
+sandbox engine failing or hanging after its start-up probe, a signal, the lab's data unreadable) is not
+failed until the original has run the same way. If the original fails too, the fault is the kit's or the
+machine's: exit 3, and nothing is recorded against the learner (progress, grade).
+
+Each test drives the real command on the calibration lab (tests/calibration: steps that sleep 20 ms), with
+a real engine that passes its probe and then breaks (bubblewrap behind a wrapper, ``PROFLAB_BWRAP``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import Kit
+from test_grade import make_kit, variant, write_folder
+
+FAST = variant(4.0)
+CRASHES = variant(4.0).replace("def pipeline(cfg):", "import os\n\n\ndef pipeline(cfg):\n    os.abort()\n", 1)
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+
+def proflab(kit: Kit, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "proflab", *args], cwd=kit.root, env=kit.env(env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def broken_engine(folder: Path, after_probe: str) -> Path:
+    """bubblewrap, behind a wrapper that lets the kit's start-up probe through and then ``after_probe``
+    (a shell command) for every sandbox the kit starts."""
+    wrapper = folder / "bwrap"
+    wrapper.write_text("#!/bin/sh\n"
+                       'case "$*" in *"import proflab.running.runner"*) exec ' + shutil.which("bwrap") + ' "$@";; esac\n'
+                       + after_probe + "\n")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    return wrapper
+
+
+@pytest.fixture
+def cal(tmp_path) -> Kit:
+    return make_kit(tmp_path / "kit")
+
+
+def progress(kit: Kit) -> dict:
+    path = kit.root / ".proflab" / "progress.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+@needs_bwrap
+def test_an_engine_that_fails_every_run_after_its_probe_is_the_kits_fault_not_the_learners(cal, tmp_path):
+    mine = cal.root / "mine.py"
+    mine.write_text(FAST)
+    env = {"PROFLAB_BWRAP": str(broken_engine(tmp_path, "exit 1"))}
+    done = proflab(cal, "check", "90", "--file", str(mine), "--json", env=env)
+    assert done.returncode == 3, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["verdict"] == "error", report
+    assert "so did the original's, run the same way as a control" in report["error"], report["error"]
+    assert "90" not in json.dumps(progress(cal).get("labs", progress(cal))), progress(cal)
+    folder = write_folder(cal.root / "class", {"ann/90.py": FAST})
+    record = tmp_path / "grades.json"
+    graded = proflab(cal, "grade", str(folder), "--json-out", str(record), env=env)
+    assert graded.returncode in (0, 3), graded.stderr
+    verdicts = {s["learner"]: s["verdict"] for s in json.loads(record.read_text())["submissions"]}
+    assert verdicts == {"ann": "error"}, verdicts  # not "failed": nothing counted against ann
+
+
+def test_a_crash_of_the_learners_own_is_still_the_learners_and_says_the_control_ran(cal):
+    mine = cal.root / "mine.py"
+    mine.write_text(CRASHES)
+    done = proflab(cal, "check", "90", "--file", str(mine), "--json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    runs = next(c for c in report["checks"] if c["name"] == "runs")
+    assert runs["status"] == "failed", report
+    assert any("run the same way as a control, ran through" in line for line in runs["details"]), runs
+
+
+@needs_bwrap
+def test_an_engine_that_hangs_after_its_probe_is_given_up_within_the_runs_limit(cal, tmp_path):
+    """The run server is waited for no longer than the run itself may take (the calibration lab's limit),
+    then the check ends as the kit's failure, exit 3, its turn at the machine given back."""
+    mine = cal.root / "mine.py"
+    mine.write_text(FAST)
+    env = {"PROFLAB_BWRAP": str(broken_engine(tmp_path, "exec sleep 600"))}
+    limit = 60  # tests/calibration/lab.toml's timeout_s
+    done = proflab(cal, "check", "90", "--file", str(mine), "--json", env=env, timeout=limit * 2 + 60)
+    assert done.returncode == 3, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert "started no run server within" in report["error"], report["error"]
+    assert "90" not in json.dumps(progress(cal).get("labs", progress(cal))), progress(cal)
