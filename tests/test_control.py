@@ -10,6 +10,7 @@ a real engine that passes its probe and then breaks (bubblewrap behind a wrapper
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Kit
+from conftest import REPO, Kit
 from test_grade import make_kit, variant, write_folder
 
 FAST = variant(4.0)
@@ -96,3 +97,19 @@ def test_an_engine_that_hangs_after_its_probe_is_given_up_within_the_runs_limit(
     report = json.loads(done.stdout)
     assert "started no run server within" in report["error"], report["error"]
     assert "90" not in json.dumps(progress(cal).get("labs", progress(cal))), progress(cal)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root, a file made unreadable is unreadable to the sandbox only")
+def test_lab_data_the_runs_cannot_read_is_the_machines_fault(kit, tmp_path):
+    """Lab 2's data, present and fingerprinted, but unreadable to the runs: the learner's run fails reading
+    it, and so does the original's, run the same way: exit 3, the learner not blamed."""
+    root = tmp_path / "kit"
+    shutil.copytree(REPO / "labs", root / "labs", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(kit.root / "data" / "requests", root / "data" / "requests")  # lab 2's own, a copy
+    requests = root / "data" / "requests" / "requests.pt"
+    requests.chmod(0)
+    done = proflab(Kit(root), "check", "2", "--file", str(REPO / "labs" / "02_embeddings" / "solution.py"), "--json")
+    assert done.returncode == 3, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert "so did the original's, run the same way as a control" in report["error"], report["error"]
+    assert "Permission denied" in report["error"], report["error"]
