@@ -111,9 +111,16 @@ def _channel(child: dict) -> str:
     main = _run_process(child["tree"])
     held_by_main = False
     for pid in dict.fromkeys([main, *(child.get("members") or [])]):
+        info = processes.stat(pid)
+        if info is None or info[4] in ("Z", "X"):
+            if pid == main:
+                return ""  # ended (a mark read late, on a busy machine): nothing to look at
+            continue
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
+            if pid == main:
+                return ""  # cannot be read from here: nothing said either way
             continue
         for fd in fds:
             try:
@@ -127,7 +134,10 @@ def _channel(child: dict) -> str:
             who = "its own process" if pid == main else f"process {sandbox.inner_pid(pid) or pid} of the run"
             return (f"{who} holds a second handle on the checker's mark channel (descriptor {fd}, a copy of "
                     f"descriptor {expected}): the marks are the runner's alone")
-    if not held_by_main and processes.stat(main) is not None:
+    if not held_by_main:
+        info = processes.stat(main)
+        if info is None or info[4] in ("Z", "X"):
+            return ""  # it ended while it was looked at
         return (f"its own process no longer holds the checker's mark channel at descriptor {expected}: something "
                 "closed or replaced it")
     return ""
