@@ -124,10 +124,13 @@ def kit_wrote(path: Path) -> bool:
 
 
 def refusal(path: str | os.PathLike | None, inputs: Iterable[str | os.PathLike | None] = (), *,
-            folder: bool = False, exists_ok: bool = True, force: bool = False, option: str = "") -> str:
+            folder: bool = False, exists_ok: bool = True, force: bool = False, option: str = "",
+            above: bool = True) -> str:
     """Why the output ``path`` is not written, or "" if it may be. ``inputs``: the command's own inputs
     (files, or folders whose files are all inputs). ``folder``: the output is a folder the command writes
-    files into. ``exists_ok``: an existing file of the kit's may be replaced without ``force``."""
+    files into. ``exists_ok``: an existing file of the kit's may be replaced without ``force``. ``above``: the
+    folder it goes in is looked at too (a file in its place, not writable); left to the write itself where a
+    command says its verdict first and then names the file it could not write (the gate)."""
     said = f"{option} {path}" if option else f"{path}"
     if path is None or str(path) == "":
         return f"{option or 'the output'}: give a file name"
@@ -147,7 +150,7 @@ def refusal(path: str | os.PathLike | None, inputs: Iterable[str | os.PathLike |
                     "it; write it somewhere else")
     try:
         st = os.stat(target, follow_symlinks=False)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a file where a folder above it should be: see below
         st = None
     except OSError as e:
         return f"{said}: cannot be looked at ({e.strerror or e})"
@@ -164,11 +167,11 @@ def refusal(path: str | os.PathLike | None, inputs: Iterable[str | os.PathLike |
                     "another file)")
         elif not exists_ok and not force:
             return f"{said} exists: it is left as it is (--force writes over it)"
-    above = next((p for p in target.parents if p.exists()), None)
-    if above is not None and not above.is_dir():
-        return f"cannot write {path}: {paths.display(above)} is a file, not a folder"
-    if above is not None and not os.access(above, os.W_OK):
-        return f"cannot write {path}: {paths.display(above)} is not writable"
+    container = next((p for p in target.parents if p.exists()), None) if above else None
+    if container is not None and not container.is_dir():
+        return f"cannot write {path}: {paths.display(container)} is a file, not a folder"
+    if container is not None and not os.access(container, os.W_OK):
+        return f"cannot write {path}: {paths.display(container)} is not writable"
     return ""
 
 

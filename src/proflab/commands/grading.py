@@ -145,8 +145,8 @@ def _verdict_then_files(args, result) -> dict[str, str]:
 def _unwritten(failed: dict[str, str]) -> int:
     """Exit 3: the verdict above stands, and the files named could not be written (a full disk, a folder
     that went away): the machine's failure, not the learner's."""
-    _say(err, f"[red]proflab:[/] {escape('; '.join(failed.values()))} (the verdict above stands; the kit "
-              "could not write its files: exit 3)")
+    _say(err, f"[red]proflab:[/] the verdict above stands; the kit could not write its files (exit 3): "
+              f"{escape('; '.join(failed.values()))}")
     return KIT_ERROR
 
 
@@ -262,7 +262,7 @@ def cmd_gate(args) -> int:
                              f"whose files are pipelines the kit profiles ({', '.join(able)})")
     gate_inputs = [s.values.get("file"), s.values.get("baseline"), args.config]
     for option, path in (("--junit", args.junit), ("--json-out", args.json_out)):
-        why = outputs.refusal(path, gate_inputs, option=option) if path else ""
+        why = outputs.refusal(path, gate_inputs, option=option, above=False) if path else ""  # said after the verdict
         if why:
             raise UsageError(why)
     if args.junit and args.json_out and Path(args.junit).absolute().resolve() == Path(args.json_out).absolute().resolve():
@@ -287,7 +287,7 @@ def cmd_gate(args) -> int:
             except OSError as e:
                 unwritten.append(errors.describe(e, "write"))
     if unwritten:
-        _say(err, f"[red]proflab:[/] {escape('; '.join(unwritten))} (the verdict above stands; the kit could "
-                  "not write its record: exit 3)")
+        _say(err, f"[red]proflab:[/] the verdict above stands; the kit could not write its record (exit 3): "
+                  f"{escape('; '.join(unwritten))}")
         return KIT_ERROR
     return result.exit_code
