@@ -249,11 +249,14 @@ def test_17_autograder_run_of_a_missing_submission_is_the_autograders_failure(ki
 
 
 def test_17_new_lab_refuses_a_python_keyword(tmp_path):
+    import proflab
+
+    kit = Path(proflab.__file__).resolve().parents[2]  # the checkout this proflab comes from
     root = tmp_path / "checkout"
     for folder in ("labs", "docs/labs", "src/proflab/labkit", "tests/learner_files"):
         (root / folder).mkdir(parents=True)
-    (root / "mkdocs.yml").write_text("site_name: kit\nnav:\n  - Home: index.md\n")
-    (root / "docs" / "index.md").write_text("# kit\n")
+    for name in ("mkdocs.yml", "docs/index.md", "tests/learner_files/README.md"):  # where new-lab adds lines
+        shutil.copy2(kit / name, root / name)
     before = sorted(p.relative_to(root) for p in root.rglob("*"))
     proc = subprocess.run([sys.executable, "-m", "proflab", "new-lab", "import"], cwd=root,
                           env={**os.environ, "PROFLAB_ROOT": str(root), "COLUMNS": "200"},
