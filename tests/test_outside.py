@@ -30,7 +30,8 @@ from proflab.running import cgroups, marks, processes
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
 ATTEMPTS = ["lab1_forged_window.py", "lab2_forged_marks.py", "lab2_forged_marks_paused.py",
-            "lab2_zombie_helper.py", "lab2_forged_compile_marks.py", "lab2_compile_constant.py"]
+            "lab2_zombie_helper.py", "lab2_forged_compile_marks.py", "lab2_compile_constant.py",
+            "lab2_init_helper.py", "lab8_init_helper.py"]
 
 needs_cgroups = pytest.mark.skipif(not cgroups.available()[0],
                                    reason=f"no cgroup accounting here: {cgroups.available()[1]}")
@@ -94,6 +95,17 @@ def test_compiling_earns_nothing_outside_a_lab_that_allows_it(batch, name):
     assert statuses(report)["faster"] in ("failed", "inconclusive"), explain(report)
     first = report["first_step"]
     assert first["learner_s"] > first["allowance_s"], explain(report)
+
+
+@pytest.mark.parametrize("name", ["lab2_init_helper.py", "lab8_init_helper.py"])
+def test_the_sandboxs_first_process_made_to_work_for_the_run_is_found(batch, name):
+    """The sandbox's first process (bubblewrap's, same user, dumpable) traced and made to exec a helper that
+    does the original's work, out of every run's process tree (17.9x on lab 2 and 30x on lab 8 when its CPU
+    was left out). Its CPU now counts as the run's, and the checker finds it changed."""
+    code, report = report_of(batch, name)
+    assert code == 1, explain(report)
+    check = next(c for c in report["checks"] if c["status"] == "failed")
+    assert check["name"] == "runs" and "the sandbox's first process" in check["rationale"], explain(report)
 
 
 def _burn_and_leave_a_zombie(group) -> subprocess.Popen:

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CHECK_NAMES, LEARNER_FILES, REPO, Batch, explain, pipeline_labs, sharing_data, statuses
+from test_outside import ATTEMPTS as OUTSIDE_ATTEMPTS
 
 from proflab import labs
 from proflab.grading.audit import audit_file
@@ -73,7 +74,13 @@ LET_THROUGH = {"lab1_direct_read.py", "lab1_fake_marks.py", "lab1_no_marks.py"}
 BEHIND_THE_AUDIT = {"lab5_pages_dropped.py", "lab5_graph_paged_out.py"}
 
 
-@pytest.mark.parametrize("name", [n for n in LAB_CHEATS if n not in PLAIN | LET_THROUGH | BEHIND_THE_AUDIT])
+# Attempts on what the checker measures from outside the run (its marks, its CPU, compiling): graded with the
+# audit off in tests/test_outside.py, whatever the audit would say of them.
+MEASURED_OUTSIDE = set(OUTSIDE_ATTEMPTS)
+
+
+@pytest.mark.parametrize("name", [n for n in LAB_CHEATS
+                                  if n not in PLAIN | LET_THROUGH | BEHIND_THE_AUDIT | MEASURED_OUTSIDE])
 def test_the_audit_refuses_every_attempt_that_breaks_a_lab_rule(name):
     assert refused(CHEATS / name, lab_of(name)), f"{name} passed the source audit"
 

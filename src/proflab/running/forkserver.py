@@ -205,6 +205,7 @@ class Server:
         self.namespace: str | None = None  # its PID namespace (a sandbox's)
         self.init_pid: int | None = None  # the sandbox's first process (bubblewrap's, PID 1 inside)
         self._as_started: tuple | None = None  # how the server was scheduled once ready (``tampered``)
+        self._init_as_started: tuple | None = None  # the sandbox's first process then: what it runs
         self.ready: bool | None = None  # None: still importing
         self.silent = False  # it never answered while alive (``wait_ready``): its engine hangs
         self.usable = True
@@ -228,6 +229,7 @@ class Server:
                 self.ready = self._find_in_sandbox()
             if self.ready:
                 self._as_started = _scheduling(self.pid)
+                self._init_as_started = _identity(self.init_pid) if self.init_pid is not None else None
             if not self.ready:
                 self.usable = False
         return self.ready and self.usable
@@ -263,6 +265,11 @@ class Server:
             return "the server its runs are forked from was stopped (SIGSTOP)"
         if now[1:] != self._as_started[1:]:
             return "the server its runs are forked from was reniced, rescheduled or moved to other cores"
+        if self.init_pid is not None and self._init_as_started is not None:
+            init = _identity(self.init_pid)
+            if init is None or init[0] in ("T", "t") or init[1:] != self._init_as_started[1:]:
+                return ("the sandbox's first process (bubblewrap's) was stopped, traced or made to run something "
+                        "else")
         return ""
 
     def alive(self) -> bool:
@@ -270,14 +277,17 @@ class Server:
 
     def run_cpu_s(self) -> float | None:
         """CPU seconds the runs forked from this server have used so far, every process they ever started
-        included, as the kernel counts them: the cgroup's usage less the server's own and its sandbox's
-        (bubblewrap's two processes). None where there is no cgroup."""
+        included, as the kernel counts them: the cgroup's usage less the server's own and that of bubblewrap's
+        process outside the sandbox. None where there is no cgroup."""
         if self.group is None:
             return None
         usage = self.group.usage_s()
         if usage is None:
             return None
-        return usage - cgroups.own_cpu_s((self.proc.pid, self.init_pid, self.pid))
+        # Only what no run can reach is left out: the server (not dumpable: no run may trace it) and
+        # bubblewrap's process outside the sandbox (in no namespace a run sees). The sandbox's first process
+        # is reachable by its runs (same user, dumpable): whatever it runs counts as theirs.
+        return usage - cgroups.own_cpu_s((self.proc.pid, self.pid))
 
     def spawn(self, spec_path: Path, cwd: Path, env: dict[str, str], stdout: int, stderr: int,
               mark: int, ready_s: float = READY_TIMEOUT_S) -> Child:
@@ -403,6 +413,15 @@ def _alive(pid: int) -> bool:
 
     info = stat(pid)
     return info is not None and info[4] not in ("Z", "X")
+
+
+def _identity(pid: int) -> tuple | None:
+    """(state, the program, its command line) of a process, from /proc; None when it is gone."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state, os.readlink(f"/proc/{pid}/exe"), Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, IndexError):
+        return None
 
 
 def _scheduling(pid: int | None) -> tuple | None:
