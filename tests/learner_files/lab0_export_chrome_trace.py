@@ -5,8 +5,6 @@ export_chrome_trace into cfg.trace_dir as trace.json, not by tensorboard_trace_h
 profiler wrote, under a name of the learner's choosing.
 """
 
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -24,7 +22,7 @@ def pipeline(cfg):
 
     with profile(activities=activities,
                  schedule=schedule(wait=1, warmup=1, active=3, repeat=1),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(Path(cfg.trace_dir) / "trace.json"))) as prof:
+                 on_trace_ready=lambda p: p.export_chrome_trace(cfg.trace_dir / "trace.json")) as prof:
         batches = iter(loader)
         for _ in range(len(loader)):
             with record_function("data"):

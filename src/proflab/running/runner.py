@@ -178,6 +178,15 @@ def _location(exc: BaseException, learner_file: Path) -> dict[str, Any]:
             "function": frame.name, "in_learner_file": bool(mine)}
 
 
+class TraceFolder(str):
+    """``cfg.trace_dir``: the folder's path as a string (what ``tensorboard_trace_handler`` and
+    ``export_chrome_trace`` take), which also joins with ``/`` as a ``Path`` does:
+    ``prof.export_chrome_trace(cfg.trace_dir / "trace.json")`` writes where the kit reads."""
+
+    def __truediv__(self, other) -> "TraceFolder":
+        return TraceFolder(os.path.join(self, os.fspath(other)))
+
+
 def _describe(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}".strip()
     return text if len(text) <= 400 else text[:400] + " …"
@@ -327,7 +336,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     if backend is not None:
         cfg.backend = backend
     if spec.get("learner_profiles"):  # lab 0: the file profiles itself, into the folder the checker gives it
-        cfg.trace_dir = spec["trace_dir"]
+        cfg.trace_dir = TraceFolder(spec["trace_dir"])
     if "cfg_steps" in spec:  # lab 0: how many steps the loop is to take (its loader's length)
         cfg.steps = spec["cfg_steps"]
     answers = _answers(module) if spec.get("learner_profiles") else None
