@@ -16,7 +16,8 @@ however the normalisation is spelled:
   pixel, or any view of one: a tensor of two dimensions or more holding as
   many elements as one of the step's four-dimensional activations, such as
   ``x.permute(0, 2, 3, 1)`` or its ``(N*H*W, C)`` rows), and another
-  broadcasts onto it varying along one of its dimensions only (``(C, 1, 1)``,
+  broadcasts onto it varying along one of its dimensions only, one as long
+  as an activation of the step has channels (``(C, 1, 1)``,
   ``(1, C, 1, 1)``, ``(C,)`` against channels last, or expanded to the
   activation's shape with zero strides, read from the recorded strides): a
   batch norm written by hand, ``(x - mean) / torch.sqrt(var + eps) * weight
@@ -108,27 +109,28 @@ def _numel(dims: list[int]) -> int:
     return n
 
 
-def _per_channel(dims: list[int], strides: list[int] | None, of: list[int]) -> bool:
+def _per_channel(dims: list[int], strides: list[int] | None, of: list[int], channels: set[int]) -> bool:
     """Broadcasts onto a tensor of shape ``of`` varying along one of its dimensions only, one that holds
-    more than one value, while ``of`` varies along another too: right-aligned, every other dimension
-    of its extent holds one value."""
+    more than one value and as many as an activation of the step has channels (``channels``), while
+    ``of`` varies along another too: right-aligned, every other dimension of its extent holds one value.
+    (A factor per row or per column of an image is not per channel.)"""
     if len(dims) > len(of):
         return False
     extent = [1] * (len(of) - len(dims)) + _extent(dims, strides)
     varying = [k for k, n in enumerate(extent) if n > 1]
-    return len(varying) == 1 and extent[varying[0]] == of[varying[0]] and \
+    return len(varying) == 1 and extent[varying[0]] == of[varying[0]] and extent[varying[0]] in channels and \
         any(n > 1 for k, n in enumerate(of) if k != varying[0])
 
 
-def _applies_per_channel(e: Event, activations: set[int]) -> bool:
+def _applies_per_channel(e: Event, activations: set[int], channels: set[int]) -> bool:
     """An operator applying a per-channel tensor to an activation or to a view of one (``activations``:
-    the sizes, in elements, of the step's four-dimensional activations)."""
+    the sizes, in elements, of the step's four-dimensional activations; ``channels``: their channels)."""
     if e.name in NOT_ARITHMETIC or e.name in CONVOLUTIONS or any(p in e.name.split("::")[-1] for p in PRODUCTS):
         return False
     tensors = _tensors(e)
     for i, (dims, _) in enumerate(tensors):
         if _activation(dims) or (len(dims) >= 2 and _numel(dims) in activations):
-            if any(_per_channel(d, s, dims) for j, (d, s) in enumerate(tensors) if j != i):
+            if any(_per_channel(d, s, dims, channels) for j, (d, s) in enumerate(tensors) if j != i):
                 return True
     return False
 
@@ -153,9 +155,10 @@ def measure(trace: Trace) -> Measure:
     inside_norm: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for e in norms:
         inside_norm.setdefault((str(e.pid), str(e.tid)), []).append((e.ts, e.end))
-    activations = {_numel(d) for e in ops for d, _ in _tensors(e) if _activation(d)}
+    shapes = [d for e in ops for d, _ in _tensors(e) if _activation(d)]
+    activations, channels = {_numel(d) for d in shapes}, {d[1] for d in shapes}
     by_hand = [e for e in outermost([e for e in ops if not _is_norm(e.name)])
-               if (_applies_per_channel(e, activations) or _depthwise_1x1(e))
+               if (_applies_per_channel(e, activations, channels) or _depthwise_1x1(e))
                and not any(a <= e.ts < b for a, b in inside_norm.get((str(e.pid), str(e.tid)), []))]
     counts: dict[str, int] = {}
     for e in norms:
