@@ -15,6 +15,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,43 @@ def test_lab_data_the_runs_cannot_read_is_the_machines_fault(kit, tmp_path):
     report = json.loads(done.stdout)
     assert "so did the original's, run the same way as a control" in report["error"], report["error"]
     assert "Permission denied" in report["error"], report["error"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a small disk of its own needs mount (root)")
+def test_a_journal_on_a_full_disk_never_takes_a_verdict_with_it(cal, tmp_path):
+    """The grading's outputs, and its journal beside them, on a disk that fills up during the grading: the
+    verdict is printed, the journal's failure names its file, and the journal never ends in half a line."""
+    folder = write_folder(cal.root / "class", {"ann/90.py": FAST})
+    full = tmp_path / "full"
+    full.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)],
+                      capture_output=True, timeout=30).returncode != 0:
+        pytest.skip("tmpfs cannot be mounted here")
+    proc = subprocess.Popen([sys.executable, "-m", "proflab", "grade", str(folder), "--out", str(full / "class.json")],
+                            cwd=cal.root, env=cal.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any("journal" in p.name and p.stat().st_size for p in full.iterdir()):
+            assert time.monotonic() < deadline and proc.poll() is None, "the grading never began its journal"
+            time.sleep(0.01)
+        try:  # the disk fills up while the submission is graded
+            with open(full / "fill", "wb") as f:
+                while True:
+                    f.write(b"\0" * 4096)
+                    f.flush()
+        except OSError:
+            pass
+        stdout, stderr = proc.communicate(timeout=240)
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+        journals = [p for p in full.iterdir() if "journal" in p.name and not p.name.endswith(".lock")]
+        lines = [journal.read_bytes() for journal in journals]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        subprocess.run(["umount", str(full)], timeout=30)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "ann" in said and ("passed" in said or "inconclusive" in said), said  # the verdict, printed
+    assert "cannot write the journal" in said and "No space left on device" in said, said
+    assert all(text.endswith(b"\n") for text in lines if text), lines  # whole lines only

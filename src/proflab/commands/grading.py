@@ -106,6 +106,8 @@ def _grade_with(args, found, journal, where: Path) -> int:
     try:
         with processes.shielded():  # the outputs are written whole, even on a second Ctrl-C
             failed = _verdict_then_files(args, result)
+            if journal.unwritable:  # said after the verdicts, which it never takes with it
+                err.print(f"[yellow]proflab:[/] {escape(journal.unwritable)}")
             if not result.partial and not failed and not result.not_graded and not any(s.kit for s in result.skipped):
                 journal.remove()  # kept while a submission is not graded: --resume grades those again
     except KeyboardInterrupt:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Callable
 
 from . import checks, staging
 from ..running import forkserver, processes
-from .. import labs, paths
+from .. import errors, labs, paths
 
 if TYPE_CHECKING:
     from .journal import Journal
@@ -430,9 +430,14 @@ def _grade_each(found: Found, label: dict[str, str], graded: list[Graded], devic
                         if later and ahead is None:
                             ahead = Turn.of(later[0], label[later[0].learner])
                     report = mine.check(device, rounds, timeout_s, on_progress)
-                    if journal is not None:
+                    if journal is not None and not journal.unwritable:
                         with processes.shielded():  # a verdict is journaled whole, or not at all
-                            journal.add(sub.shown, sub.path, report)
+                            try:
+                                journal.add(sub.shown, sub.path, report)
+                            except OSError as e:  # a full disk: the verdict stands; --resume will not find it
+                                journal.unwritable = (
+                                    f"{errors.describe(e, 'write the journal')}: the verdicts stand and are "
+                                    "printed, but a --resume would grade these submissions again")
                 item = Graded(sub, report, score(report, sub.lab.grading))
                 graded.append(item)
                 on_done(i, total, item)

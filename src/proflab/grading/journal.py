@@ -111,6 +111,7 @@ class Journal:
     header: dict[str, Any]
     entries: dict[str, Entry] = field(default_factory=dict)  # by the submission's path in the folder
     note: str = ""  # what was done to an earlier journal on the way (moved aside), for the grader to say
+    unwritable: str = ""  # why a verdict could not be journaled (a full disk): none is journaled after it
     _fd: int = -1  # the lock, held until close()
 
     @classmethod
@@ -222,11 +223,27 @@ class Journal:
         self._write_line({"file": shown, "sha256": entry.sha256, "report": report.as_dict()})
 
     def _write_line(self, record: dict[str, Any], mode: str = "a") -> None:
+        """One line, whole or not at all: a write that fails (a full disk) is cut back to where it began,
+        so the journal never ends in half a verdict; the OSError names the file."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, mode, encoding="utf-8") as f:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if mode == "w" else os.O_APPEND)
+        fd = os.open(self.path, flags, 0o644)
+        try:
+            start = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except OSError as e:
+                try:
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass
+                raise OSError(e.errno, e.strerror, str(self.path)) from None
+        finally:
+            os.close(fd)
 
     def remove(self) -> None:
         """The grading is done: the journal goes, and its lock (still held until ``close``)."""
