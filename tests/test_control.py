@@ -154,3 +154,24 @@ def test_a_journal_on_a_full_disk_never_takes_a_verdict_with_it(cal, tmp_path):
     assert "ann" in said and ("passed" in said or "inconclusive" in said), said  # the verdict, printed
     assert "cannot write the journal" in said and "No space left on device" in said, said
     assert all(text.endswith(b"\n") for text in lines if text), lines  # whole lines only
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a small disk of its own needs mount (root)")
+def test_a_full_runs_folder_is_named_as_runs_not_as_the_checks_scratch(cal):
+    """runs/ on a disk of its own that is full: the verdict stands, and the note names runs/, where the
+    trace could not go, not the check's private copy it came from."""
+    runs = cal.root / "runs"
+    runs.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(runs)],
+                      capture_output=True, timeout=30).returncode != 0:
+        pytest.skip("tmpfs cannot be mounted here")
+    try:
+        mine = cal.root / "mine.py"
+        mine.write_text(FAST)
+        done = proflab(cal, "check", "90", "--file", str(mine), "--json")
+    finally:
+        subprocess.run(["umount", str(runs)], timeout=30)
+    assert done.returncode in (0, 4), done.stdout + done.stderr
+    notes = " ".join(json.loads(done.stdout)["notes"])
+    assert "was not kept for TensorBoard (cannot write into runs/90-calibration" in notes, notes
+    assert ".proflab" not in notes, notes

@@ -37,12 +37,12 @@ def publish_traces(lab: labs.Lab, label: str, report: Report) -> None:
     for which, path in list(report.traces.items()):
         if not Path(path).exists():
             continue
+        folder = trace_dir(lab, "original" if which == "original" else label)
         try:
-            report.traces[which] = str(traces.publish(path, trace_dir(lab, "original" if which == "original"
-                                                                        else label)))
+            report.traces[which] = str(traces.publish(path, folder))
         except OSError as e:
             report.traces.pop(which)  # the verdict stands; only its view in TensorBoard is missing
-            _not_kept(report, which, e)
+            _not_kept(report, which, e, folder)
 
 
 def _publish_rank_traces(lab: labs.Lab, label: str, report: Report) -> None:
@@ -56,19 +56,22 @@ def _publish_rank_traces(lab: labs.Lab, label: str, report: Report) -> None:
             copies = Path(paths[0]).parent / "original"
             copies.mkdir(exist_ok=True)
             paths = [shutil.copyfile(p, copies / Path(p).name) for p in paths]
+        folder = trace_dir(lab, "original" if which == "original" else label)
         try:
-            published = traces.publish_all(paths, trace_dir(lab, "original" if which == "original" else label))
+            published = traces.publish_all(paths, folder)
         except OSError as e:
             report.traces.pop(which, None)  # the verdict stands; only its view in TensorBoard is missing
-            _not_kept(report, which, e)
+            _not_kept(report, which, e, folder)
             continue
         report.rank_traces[which] = [str(p) for p in published]
         report.traces[which] = str(published[0])
 
 
-def _not_kept(report: Report, which: str, e: OSError) -> None:
-    report.notes.append(f"the {which}'s trace was not kept for TensorBoard ({errors.describe(e, 'write')}); the "
-                        "verdict does not rest on it: free some space and check again to see it")
+def _not_kept(report: Report, which: str, e: OSError, folder: Path) -> None:
+    """Said of the folder the trace was to go to (the check's own copy is not what failed): ``runs/…``."""
+    report.notes.append(f"the {which}'s trace was not kept for TensorBoard (cannot write into "
+                        f"{paths.display(folder)}: {e.strerror or e}); the verdict does not rest on it: free some "
+                        "space and check again to see it")
 
 
 def name_the_file(report: Report, snapshot_path: Path, file: Path) -> None:
