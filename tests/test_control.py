@@ -175,3 +175,16 @@ def test_a_full_runs_folder_is_named_as_runs_not_as_the_checks_scratch(cal):
     notes = " ".join(json.loads(done.stdout)["notes"])
     assert "was not kept for TensorBoard (cannot write into runs/90-calibration" in notes, notes
     assert ".proflab" not in notes, notes
+
+
+@needs_bwrap
+def test_the_autograder_gives_no_points_either_way_when_the_control_fails_too(cal, tmp_path):
+    submission = write_folder(tmp_path / "submission", {"90.py": FAST})
+    results = tmp_path / "results" / "results.json"
+    env = {"PROFLAB_BWRAP": str(broken_engine(tmp_path, "exit 1"))}
+    done = proflab(cal, "autograder", "run", "--submission", str(submission), "--results", str(results), env=env)
+    assert done.returncode == 0, done.stderr  # run_autograder's contract: results.json, whatever happens
+    graded = json.loads(results.read_text())
+    labs = [t for t in graded["tests"] if t.get("max_score")]
+    assert labs and all(t.get("score") is None for t in labs), labs  # not graded: no zero counted
+    assert all("so did the original's" in t["output"] for t in labs), labs
