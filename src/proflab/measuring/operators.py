@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .trace import DEVICE_CATEGORIES, Trace
+from ..running.storage import LOADING_RANGES
 
 HOST_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
 STEP = "ProfilerStep*"
@@ -52,7 +53,11 @@ def _events(trace: Trace) -> tuple[list[dict], list[tuple[str, int, list[float],
     steps = trace.steps
     inside = []
     for e in trace.raw.get("traceEvents", []):
-        if e.get("ph") == "X" and "ts" in e and "name" in e and e.get("cat") in HOST_CATEGORIES:
+        # The kit's own marks of loading (``running.storage``: where a sample was loaded, for the DataLoader
+        # wait) are no operator of the learner's: their time stays with the range that holds them (the
+        # DataLoader's ``__next__``), as in a trace of code the kit did not write.
+        if e.get("ph") == "X" and "ts" in e and "name" in e and e.get("cat") in HOST_CATEGORIES \
+                and e["name"] not in LOADING_RANGES:
             at = next((i for i, s in enumerate(steps) if s.ts <= float(e["ts"]) < s.end), None)
             if at is not None:
                 inside.append((e, at))
