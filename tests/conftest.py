@@ -360,3 +360,30 @@ def learner_files(kit: Kit, tmp_path_factory, lab: str, names: list[str]) -> Bat
     its own that shares the session's data."""
     return Batch(sharing_data(tmp_path_factory.mktemp(f"lab{lab}-kit"), kit),
                  {lab: ({}, [(lab, LEARNER_FILES / name, True) for name in names])})
+
+
+# --- the quick tier ------------------------------------------------------------------------------------
+# `bash tests/run.sh --quick` (pytest -m quick): every test that needs no lab's data and starts no browser,
+# TensorBoard server, container, torchrun job or check of a real lab: the kit's logic on recorded traces,
+# small runs of the calibration lab (steps that sleep 20 ms) and the command line. A minute or two here,
+# after every change; the full suite runs it first (tests/run.sh), so a broken change fails in minutes.
+# The rule is by what a test needs, not a list of tests: a new test is in the tier or not by its fixtures
+# (a test that waits out a limit of its own says so with @pytest.mark.slow).
+SLOW_FIXTURES = frozenset({"kit", "batch"})
+SLOW_MODULES = frozenset({
+    "test_browser", "test_site_browser", "test_autograder_gradescope", "test_autograder_classroom",
+    "test_own_model_gate", "test_profile_command", "test_profile_tab", "test_foreign_traces", "test_tensorboard",
+    "test_tensorboard_views", "test_tensorboard_faults", "test_timeline_speed", "test_docs_commands",
+    "test_page_figures", "test_gate",
+    # real sandboxes, servers and faults, run after run: seconds each
+    "test_isolation", "test_faults_second", "test_data_verify", "test_forkserver", "test_adaptive", "test_limits",
+    "test_profile_exits", "test_slots",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else ""
+        if module not in SLOW_MODULES and not SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) \
+                and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.quick)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: creates .venv, installs the kit
-# with everything it needs, then runs pytest. Extra arguments go to pytest.
+# with everything it needs, then runs pytest (the quick tier first). Extra arguments go to pytest;
+# --quick runs the quick tier alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The browser tests drive Debian's Chromium, headless and offline; every run of a lab file is
@@ -18,4 +19,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
-exec .venv/bin/python -m pytest "$@"
+if [ "${1:-}" = "--quick" ]; then  # the quick tier alone (tests/conftest.py says what is in it)
+  shift
+  exec .venv/bin/python -m pytest -m quick "$@"
+fi
+if [ $# -gt 0 ]; then
+  exec .venv/bin/python -m pytest "$@"
+fi
+# The whole suite: the quick tier first, stopping at its first failure, so a broken change fails in
+# minutes; then every other test.
+.venv/bin/python -m pytest -m quick -x
+exec .venv/bin/python -m pytest -m "not quick"

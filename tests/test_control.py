@@ -86,13 +86,18 @@ def test_a_crash_of_the_learners_own_is_still_the_learners_and_says_the_control_
 
 
 @needs_bwrap
+@pytest.mark.slow  # waits out the calibration lab's limit
 def test_an_engine_that_hangs_after_its_probe_is_given_up_within_the_runs_limit(cal, tmp_path):
     """The run server is waited for no longer than the run itself may take (the calibration lab's limit),
     then the check ends as the kit's failure, exit 3, its turn at the machine given back."""
     mine = cal.root / "mine.py"
     mine.write_text(FAST)
     env = {"PROFLAB_BWRAP": str(broken_engine(tmp_path, "exec sleep 600"))}
-    limit = 60  # tests/calibration/lab.toml's timeout_s
+    limit = 20  # the calibration lab's limit, made shorter: waited out once
+    manifest = cal.root / "labs" / "90_calibration" / "lab.toml"
+    text = manifest.read_text(encoding="utf-8")
+    assert "timeout_s = 60" in text
+    manifest.write_text(text.replace("timeout_s = 60", f"timeout_s = {limit}"), encoding="utf-8")
     done = proflab(cal, "check", "90", "--file", str(mine), "--json", env=env, timeout=limit * 2 + 60)
     assert done.returncode == 3, done.stdout + done.stderr
     report = json.loads(done.stdout)

@@ -92,7 +92,10 @@ class Rounds:
                     # While the servers import, the data are verified; then every server of the session is
                     # waited for: no timed run shares the machine with an import.
                     data = prepare_data(self.lab)
-                    forkserver.settle(self.lab.workload.timeout_s)
+                    try:
+                        forkserver.settle(self.lab.workload.timeout_s)
+                    except forkserver.EngineFailed as e:
+                        raise NotGraded(str(e)) from None
                     yield from self._rounds(staged, data)
                 finally:
                     publish_traces(self.lab, asked.label, report)

@@ -505,13 +505,16 @@ def server_for(env: dict[str, str], leave_out: tuple[str, ...] = (), preload: tu
 def settle(timeout_s: float = READY_TIMEOUT_S) -> None:
     """Wait until every server of the session has imported what it preloads (or failed to), at most
     ``timeout_s`` in all: the first timed run of one version then never shares the machine with the other's
-    imports. A server still silent then is waited for no longer (its first run says so)."""
+    imports. A sandboxed server still silent then, having used no CPU, raises ``EngineFailed``: its engine hangs."""
     with _lock:
         servers = list(_sessions[-1].values()) if _sessions else []
     deadline = time.monotonic() + min(timeout_s, READY_TIMEOUT_S)
     for server in servers:
         if server.ready is None:
             server.wait_ready(max(0.0, deadline - time.monotonic()))
+            if server.box is not None and server.silent:  # its engine hangs: so would every run's
+                raise EngineFailed(f"the sandbox engine started no run server within {timeout_s:.0f} s (it hangs "
+                                   "after its start-up probe); `proflab doctor` tells more")
 
 
 def retire(role: str) -> None:
