@@ -67,6 +67,20 @@ def flops(event: Event) -> float:
         if event.name == "aten::convolution_backward":
             grad, w = dims[0], dims[2]
             return 4.0 * grad[0] * grad[1] * _product(grad[2:]) * _product(w[1:])
+        # Products a step may run instead of those (a rank's whole share of work, ``rank_share``)
+        if event.name == "aten::_addmm_activation":
+            (m, k), (_, n) = dims[1], dims[2]
+            return 2.0 * m * k * n
+        if event.name == "aten::addbmm":
+            (b, m, k), (_, _, n) = dims[1], dims[2]
+            return 2.0 * b * m * k * n
+        if event.name in ("aten::mv", "aten::addmv"):
+            (m, k) = dims[0] if event.name == "aten::mv" else dims[1]
+            return 2.0 * m * k
+        if event.name in ("aten::dot", "aten::vdot"):
+            return 2.0 * dims[0][0]
+        if event.name == "aten::addr":
+            return 2.0 * dims[1][0] * dims[2][0]
     except (IndexError, TypeError, ValueError):
         return 0.0
     return 0.0

@@ -33,38 +33,9 @@ PRODUCTS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "
                       "aten::addmv", "aten::dot", "aten::vdot", "aten::addr"})
 
 
-def _dims(event: Event) -> list:
-    return [d for d in (event.args or {}).get("Input Dims") or []]
-
-
 def product_flops(event: Event) -> float:
-    """FLOPs of one product call, from its recorded shapes (``measuring.work.flops`` for the operators it
-    knows, the same rule for the others); 0 when the shapes are missing."""
-    found = evidence.flops(event)
-    if found or event.name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::convolution",
-                               "aten::convolution_backward"):
-        return found
-    dims = _dims(event)
-    try:
-        if event.name == "aten::_addmm_activation":
-            (m, k), (_, n) = dims[1], dims[2]
-            return 2.0 * m * k * n
-        if event.name == "aten::addbmm":
-            (b, m, k), (_, _, n) = dims[1], dims[2]
-            return 2.0 * b * m * k * n
-        if event.name == "aten::mv":
-            (m, k) = dims[0]
-            return 2.0 * m * k
-        if event.name == "aten::addmv":
-            (m, k) = dims[1]
-            return 2.0 * m * k
-        if event.name in ("aten::dot", "aten::vdot"):
-            return 2.0 * dims[0][0]
-        if event.name == "aten::addr":
-            return 2.0 * dims[1][0] * dims[2][0]
-    except (IndexError, TypeError, ValueError):
-        return 0.0
-    return 0.0
+    """FLOPs of one product call, from its recorded shapes (``measuring.work.flops``); 0 when they are missing."""
+    return evidence.flops(event)
 
 
 def rank_flops(trace: Trace) -> float:
