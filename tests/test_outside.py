@@ -31,7 +31,7 @@ from proflab.running import cgroups, marks, processes
 CHEATS = Path(__file__).resolve().parent / "cheats"
 ATTEMPTS = ["lab1_forged_window.py", "lab2_forged_marks.py", "lab2_forged_marks_paused.py",
             "lab2_zombie_helper.py", "lab2_forged_compile_marks.py", "lab2_compile_constant.py",
-            "lab2_init_helper.py", "lab8_init_helper.py"]
+            "lab2_init_helper.py", "lab8_init_helper.py", "lab3_train_while_compiling.py"]
 
 needs_cgroups = pytest.mark.skipif(not cgroups.available()[0],
                                    reason=f"no cgroup accounting here: {cgroups.available()[1]}")
@@ -95,6 +95,15 @@ def test_compiling_earns_nothing_outside_a_lab_that_allows_it(batch, name):
     assert statuses(report)["faster"] in ("failed", "inconclusive"), explain(report)
     first = report["first_step"]
     assert first["learner_s"] > first["allowance_s"], explain(report)
+
+
+def test_training_done_while_compiling_cannot_know_the_steps_batches(batch):
+    """Lab 3 leaves compiling in the warm-up out: every step's training run by torch.compile itself
+    (assume_constant_result) in the first step, over the stored batches in order, then replayed. The
+    checker hands out each step's batch only as the step begins, so the training was on other batches."""
+    code, report = report_of(batch, "lab3_train_while_compiling.py")
+    assert code == 1, explain(report)
+    assert statuses(report)["same_results"] == "failed", explain(report)
 
 
 @pytest.mark.parametrize("name", ["lab2_init_helper.py", "lab8_init_helper.py"])

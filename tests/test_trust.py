@@ -373,6 +373,10 @@ def test_the_work_floor_counts_products_by_size_and_sparse_ones_not_at_all(tmp_p
 def test_work_moved_into_the_warmup_is_still_paid_for(batch, name):
     code, report = batch.decided("plain", str(lab_of(name).number), CHEATS / name)
     assert code == 1, explain(report)
+    if name == "lab3_precompute_real_decoys.py":  # lab 3 hands out each step's batch as the step begins
+        check = failed_check(report)
+        assert check["name"] == "runs" and "only as that step begins" in check["actual"], explain(report)
+        return
     assert statuses(report)["faster"] == "failed", explain(report)
     if name == "lab1_preload_warmup.py":  # every read of 21 batches in its first step: the report says so
         faster = next(c for c in report["checks"] if c["name"] == "faster")

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import torch
 
-from . import build_once, save, seed_for
+from . import build_once, handout, save, seed_for
 
 NUM_BATCHES = 64
 BATCH = 4  # sequences per batch
@@ -57,9 +57,14 @@ class TokenBatches:
         self.targets: torch.Tensor = saved["targets"]
 
     def batches(self, device: torch.device | str = "cpu") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """``(inputs, targets)`` for every batch, each ``(BATCH, SEQ_LEN, DIM)``, on ``device``."""
-        for x, y in zip(self.inputs, self.targets):
-            yield x.to(device), y.to(device)
+        """``(inputs, targets)`` for every batch, each ``(BATCH, SEQ_LEN, DIM)``, on ``device``.
+
+        In a check, which stored batch each step takes is handed out by the checker as the step begins
+        (``labkit.handout``); elsewhere they come in order.
+        """
+        for step in range(len(self.inputs)):
+            i = handout.next_index(len(self.inputs), step)
+            yield self.inputs[i].to(device), self.targets[i].to(device)
 
 
 def init_params(device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:

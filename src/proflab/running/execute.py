@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import errors, labs, paths, quiet
+from ..labkit import handout
 from . import cgroups, compile_headers, forkserver, memory, processes, sandbox, slots, storage, torchrun
 from .marks import PAUSE_MARKS, Marks, _from_outside, _read_marks
 
@@ -255,6 +257,9 @@ def run(
         "compile_marks": _mentions(file, "compile"),
         # whether the time compiling takes is left out at all ([timing] compile): elsewhere it is work
         "compile_credit": lab.compile_credit,
+        # ...and there, each step's inputs are handed out as the step begins (``labkit.handout``), so that
+        # no work on a later step can be done while compiling
+        "handout": bool(checking and lab.compile_credit and lab.distributed is None),
         # Lab 0: the file profiles itself, into trace_dir; the kit's profiler stays off.
         "learner_profiles": lab.profiling is not None,
         "preimport": _mentions(file, "compile", "optim"),
@@ -431,6 +436,10 @@ def _check_storage(outcome: Outcome, reads: list[storage.Read], batch_size: int)
             "through the lab's dataset")
 
 
+# What the steps' draws are made from (``labkit.handout``): this checking process's own, never in a run.
+_SECRET = os.urandom(16)
+
+
 # One run at a time in a process: two at once would time each other, and each would take the other's
 # processes for its own (``processes.Tree`` counts this process's new children as the run's).
 _one_run_at_a_time = threading.Lock()
@@ -451,7 +460,11 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
     workdir = Path(workdir or os.getcwd())
     processes.become_subreaper()  # what the run starts and orphans is re-parented here, not to init
     nproc = int(spec.get("nproc") or 0)  # a torchrun job of nproc ranks, each marking through its FIFO
-    read_end, write_end = os.pipe()
+    if spec.get("handout"):  # the channel runs both ways: marks from the run, each step's draw to it
+        ours, theirs = socket.socketpair()
+        read_end, write_end = ours.detach(), theirs.detach()
+    else:
+        read_end, write_end = os.pipe()
     spec["mark_fd"] = forkserver.MARK_FD if server is not None else write_end
     # where the CPU time is the figure, the run stops itself until it is read (not a torchrun job's ranks)
     spec["pause_marks"] = PAUSE_MARKS if spec.get("cpu_figure") and not nproc else ""
@@ -469,7 +482,10 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
     out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
     child["pause"] = bool(spec["pause_marks"])
     if not nproc:  # the mark channel, as the checker looks for it in the run's /proc (``marks._channel``)
-        child["pipe"] = os.fstat(read_end).st_ino
+        child["pipe"] = os.readlink(f"/proc/self/fd/{write_end}")
+    if spec.get("handout"):
+        child["draws"] = handout.draws(_SECRET, int(spec["seed"]),
+                                       spec["warmup_steps"] + spec["timed_steps"] + spec["profile_steps"])
     child["profile_steps"] = int(spec.get("profile_steps") or 0)
     readers = [threading.Thread(target=_read_marks, args=(read_end, marks, child), daemon=True)]
     rank_marks = [Marks() for _ in range(nproc)]  # a torchrun job's: every rank's, each from its FIFO

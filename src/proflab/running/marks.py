@@ -107,7 +107,7 @@ def _channel(child: dict) -> str:
     pipe, expected = child.get("pipe"), child.get("mark_fd")
     if pipe is None or "tree" not in child:
         return ""
-    target = f"pipe:[{pipe}]"
+    target = pipe  # the link /proc shows for it: "pipe:[N]", or "socket:[N]" where it runs both ways
     main = _run_process(child["tree"])
     held_by_main = False
     for pid in dict.fromkeys([main, *(child.get("members") or [])]):
@@ -156,6 +156,15 @@ def _resume(pid: int | None) -> float:
     return before
 
 
+def _read(pipe, n: int) -> bytes:
+    """Up to ``n`` bytes of marks; none once the run has closed its end. A channel that runs both ways
+    (a socket) reports a run that ended with draws it never read as reset, after every mark it sent."""
+    try:
+        return pipe.read(n)
+    except ConnectionResetError:
+        return b""
+
+
 def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
     """Stamp every mark the runner writes with this process's clock, until the pipe closes.
 
@@ -167,7 +176,7 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
     seen: set[str] = set()
     looked: set[str] = set()
     with os.fdopen(fd, "rb", buffering=0) as pipe:
-        while chunk := pipe.read(1):
+        while chunk := _read(pipe, 1):
             arrived = time.perf_counter()
             now = arrived - marks.held  # the time the run has waited stopped so far is left out
             code = chunk.decode("latin-1")
@@ -178,7 +187,7 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
                 marks.channel = _channel(child)
             if code == "H":
                 digest = b""
-                while len(digest) < 64 and (more := pipe.read(64 - len(digest))):
+                while len(digest) < 64 and (more := _read(pipe, 64 - len(digest))):
                     digest += more
                 marks.trace_sha256 = digest.decode("latin-1") if marks.trace_sha256 is None else "twice"
             if ((code in ("B", "W", "S", "E", "P", "H") and code not in marks.total) or last_q) and "tree" in child:
@@ -191,8 +200,27 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
             if code in ("B", "E"):
                 marks.wall.setdefault(code, time.time())
             marks.stamps.append((code, now))
+            if code in HANDOUT_MARKS and child.get("draws"):
+                _hand_out(pipe.fileno(), child)
             if stopped is not None:
                 marks.held += _resume(stopped) - arrived
+
+
+# The marks after which the next step begins (the first step's, B): where the checker hands out that step's
+# inputs, in a lab that has them handed out (``labkit.handout``).
+HANDOUT_MARKS = "BWTQ"
+
+
+def _hand_out(fd: int, child: dict) -> None:
+    """Send the next step's draw down the channel (none past the run's last step)."""
+    draws, given = child["draws"], child.get("given", 0)
+    if given >= len(draws):
+        return
+    child["given"] = given + 1
+    try:
+        os.write(fd, draws[given])
+    except OSError:
+        pass  # the run has closed its end: it is over, and its end says how
 
 
 def _expected_marks(spec: dict[str, Any]) -> str:

@@ -33,6 +33,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from ..labkit import handout
+
 _clock = time.perf_counter  # bound before any learner code is imported
 _write = os.write
 _fstat = os.fstat
@@ -56,6 +58,11 @@ def _marker(fd: int | None, pause: str = ""):
         C, c         torch.compile starts, ends compiling (left out of the timing)
         H + 64 hex   the sha256 of the trace, sent as soon as it is written
 
+    In lab 3 (``spec["handout"]``) the channel is a socket that runs both
+    ways: after B, W, T and Q, the checker sends the next step's draw, which
+    the lab's data class reads as that step asks for its batch
+    (``labkit.handout``).
+
     A run whose marks do not follow this order exactly is a failed run. A
     mark is only written to the pipe the checker gave: once that descriptor is
     closed, or holds another file, the marks stop (and the run fails).
@@ -74,6 +81,8 @@ def _marker(fd: int | None, pause: str = ""):
         given = None
 
     def mark(code: bytes, last: bool = True) -> None:
+        if code in b"BWTQ" and handout.active():  # a step begins: its batch may be asked for
+            handout.began()
         if given is None:
             return
         try:
@@ -185,6 +194,29 @@ class TraceFolder(str):
 
     def __truediv__(self, other) -> "TraceFolder":
         return TraceFolder(os.path.join(self, os.fspath(other)))
+
+
+def _end_refused(spec: dict[str, Any], path: Path):
+    """What ends a run whose batch was refused on a thread of its own (``labkit.handout``): its result
+    written at once, where in the lab file it asked, and the process gone; the step waiting on that
+    thread would otherwise wait out the run's time limit, and the reason be lost."""
+    import threading
+
+    def end(error: Exception) -> None:
+        from ..atomic import write_json
+
+        frames = traceback.extract_stack()[:-2]  # not this function, nor the lab kit's
+        mine = [f for f in frames if Path(f.filename).resolve() == path]
+        frame = (mine or frames)[-1]
+        write_json(spec["result_path"], {
+            "status": "error", "kind": "exception",
+            "message": f"in its thread {threading.current_thread().name!r}: {_describe(error)}",
+            "file": frame.filename, "line": frame.lineno, "code": (frame.line or "").strip(),
+            "function": frame.name, "in_learner_file": bool(mine)})
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return end
 
 
 def _describe(exc: BaseException) -> str:
@@ -324,6 +356,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     from .. import labkit
 
     labkit.set_round(spec.get("seed") or 0)  # this round's inputs: the lab kit's weights are drawn from them
+    if spec.get("handout"):  # each step's batch comes from the checker as the step begins (labkit.handout)
+        handout.set_channel(spec.get("mark_fd"), refused=_end_refused(spec, path))
     mark(b"B")  # from here on, all is the lab file's: its import counts as part of its first step
     module = _import(path, spec.get("shown_as"))
     pipeline = getattr(module, "pipeline", None)

@@ -1,0 +1,129 @@
+"""Lab 3's batches handed out one step at a time (``labkit.handout``), and the checker's side of it.
+
+Where compiling in the warm-up is left out of a run's figure, a run could
+train every later step while "compiling" and replay the results. The checker
+hands out which stored batch each step takes only once the step before has
+ended, down the mark channel; these tests drive both ends of a real socket
+pair, the checker's reader (``marks._read_marks``) on one, the lab kit's
+``next_index`` on the other. The whole check, with an attempt that trains
+while compiling, is in ``test_outside.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import pytest
+
+from proflab.labkit import handout
+from proflab.running import marks
+
+
+@pytest.fixture(autouse=True)
+def no_channel():
+    handout.set_channel(None)
+    yield
+    handout.set_channel(None)
+
+
+@pytest.fixture
+def pair():
+    ours, theirs = socket.socketpair()
+    fds = ours.detach(), theirs.detach()
+    yield fds
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def test_outside_a_check_the_batches_come_in_order():
+    assert not handout.active()
+    assert [handout.next_index(4, step) for step in range(6)] == [0, 1, 2, 3, 0, 1]
+
+
+def test_in_a_check_each_batch_is_the_checkers_draw(pair):
+    checker, run = pair
+    draws = handout.draws(b"k" * 16, seed=7, steps=3)
+    handout.set_channel(run)
+    for step, draw in enumerate(draws):
+        handout.began()
+        os.write(checker, draw)
+        assert handout.next_index(64, step) == handout.KEY.unpack(draw)[0] % 64
+
+
+def test_draws_are_the_rounds_and_the_checkers_own():
+    a = handout.draws(b"a" * 16, seed=1, steps=46)
+    assert a == handout.draws(b"a" * 16, seed=1, steps=46)  # both versions of a round: the same batches
+    assert a != handout.draws(b"a" * 16, seed=2, steps=46)
+    assert a != handout.draws(b"b" * 16, seed=1, steps=46)  # another checking process: others
+    order = [handout.KEY.unpack(d)[0] % 64 for d in a]
+    assert order != list(range(46))  # not the stored order a run could assume
+
+
+def test_a_batch_asked_for_before_its_step_begins_is_refused_at_once(pair):
+    _, run = pair
+    handout.set_channel(run)
+    handout.began()  # step 0 is running
+    with pytest.raises(handout.HandoutError, match="only as that step begins"):
+        handout.next_index(64, 1)  # list(data.batches()), or a batch fetched ahead
+
+
+def test_a_draw_that_never_comes_is_reported_not_waited_on_forever(pair, monkeypatch):
+    _, run = pair
+    monkeypatch.setattr(handout, "WAIT_S", 0.2)
+    handout.set_channel(run)
+    handout.began()
+    with pytest.raises(handout.HandoutError, match="did not hand out batch 1"):
+        handout.next_index(64, 0)
+
+
+def test_the_checker_hands_out_a_draw_after_each_steps_start_and_end(pair):
+    """B (the first step), W, T and Q (each step's end) each release the next step's draw, none past the
+    last; a run that ends with draws it never read (a socket then reads as reset) ends the reading cleanly."""
+    checker, run = pair
+    draws = handout.draws(b"k" * 16, seed=3, steps=4)
+    got = marks.Marks()
+    reader = threading.Thread(target=marks._read_marks, args=(checker, got, {"draws": draws}), daemon=True)
+    reader.start()
+    handout.set_channel(run)
+    received = []
+    for step, code in enumerate(b"BWST"):
+        os.write(run, bytes([code]))
+        if code == ord("S"):
+            continue
+        handout.began()
+        received.append(handout.next_index(2**32, len(received)))
+    os.write(run, b"T")  # the last step's end: its draw (the fourth) is sent, never read
+    os.write(run, b"E")
+    os.close(run)
+    reader.join(10)
+    assert not reader.is_alive()
+    assert received == [handout.KEY.unpack(d)[0] % 2**32 for d in draws[:3]]
+    assert "".join(code for code, _ in got.stamps) == "BWSTTE"
+
+
+def test_a_refusal_on_a_thread_of_its_own_ends_the_run_saying_why(pair):
+    """A thread fetching ahead is refused; the step waiting on it would wait out the time limit, so the
+    runner's callback ends the run at once (on the main thread, the error is raised to the step)."""
+    _, run = pair
+    ended = []
+    handout.set_channel(run, refused=ended.append)
+    handout.began()
+    with pytest.raises(handout.HandoutError):
+        handout.next_index(64, 1)
+    assert ended == []  # the main thread: the step raises it, and the runner reports its line
+
+    def ahead():
+        try:
+            handout.next_index(64, 1)
+        except handout.HandoutError:
+            pass
+
+    thread = threading.Thread(target=ahead, name="ahead")
+    thread.start()
+    thread.join(10)
+    assert len(ended) == 1 and "only as that step begins" in str(ended[0])
