@@ -427,6 +427,13 @@ def lab_gate(root: Path, number: int, values: dict[str, str], runs_meta: dict[st
     values[f"lab{number}.machine"] = describe(machine(), today())
 
 
+def made_by(chosen, every_lab: bool):
+    """Which keys of figures.json a run of this script for the labs ``chosen`` replaces: theirs, and the
+    kit-wide ones (the machine, whether it was quiet) only in a run of every lab."""
+    made = tuple(f"lab{n}{sep}" for n in chosen for sep in "./")
+    return lambda k: k.startswith(made) or (every_lab and (k == "machine" or k.startswith("machine.")))
+
+
 def write_figures(mine, values: dict[str, str], runs_meta: dict[str, dict], meta: dict | None = None) -> None:
     """Write figures.json, merged: read it again now (another run of this script, for other labs, may have
     written it meanwhile) and replace only the keys this run made (``mine(key)``, values and runs), keeping the
@@ -715,13 +722,20 @@ def main(argv: list[str] | None = None) -> int:
         "last_command": "python docs/gen_figures.py" + "".join(f" --lab {n}" for n in (args.lab or [])),
         "last_took_s": round(took),
     }
+    for n in chosen:  # each lab's own word on how its figures were measured
+        values[f"lab{n}.measured"] = f"{meta['note']}, load average {meta['load_average']['before'][0]:.2f} before"
+    mine = made_by(chosen, every_lab=not args.lab)
+    if args.lab:  # one lab's figures: the kit-wide ones (the machine, whether it was quiet) stay as they were
+        write_figures(mine, values, runs_meta)
+        print(f"wrote lab {', '.join(map(str, chosen))}'s figures in {FIGURES.relative_to(REPO)} and "
+              f"docs/figures/lab*/ in {took:.0f} s; the others kept", file=sys.stderr)
+        return 0
     values.update({
         "machine.cpu": m["cpu"], "machine.cores": str(m["cores"]), "machine.torch": m["torch"],
         "machine.python": m["python"], "machine.date": when, "machine.memory_gib": str(m["memory_gib"]),
     })
     values["machine"] = describe(m, when)
-    made = tuple(f"lab{n}{sep}" for n in chosen for sep in "./")
-    write_figures(lambda k: k.startswith(made) or k == "machine" or k.startswith("machine."), values, runs_meta, meta)
+    write_figures(mine, values, runs_meta, meta)
     print(f"wrote {FIGURES.relative_to(REPO)} and docs/figures/lab*/ in {took:.0f} s", file=sys.stderr)
     return 0
 

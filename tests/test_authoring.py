@@ -67,7 +67,12 @@ def test_new_lab_writes_a_skeleton_and_says_what_next(new_lab):
         assert (root / rel).is_file(), rel
     assert f"labs/{number:02d}-demo.md" in (root / "mkdocs.yml").read_text()
     assert f"labs/{number:02d}-demo.md" in (root / "docs" / "index.md").read_text()
-    assert f"`lab{number}_batched_halves.py`" in (root / "tests" / "learner_files" / "README.md").read_text()
+    # the lab's learner files have a table of their own: adding a lab edits no shared test file
+    assert f"`lab{number}_batched_halves.py`" in (root / "tests" / "learner_files" / f"lab{number}.md").read_text()
+    assert (root / "tests" / "learner_files" / "README.md").read_bytes() == \
+        (REPO / "tests" / "learner_files" / "README.md").read_bytes()
+    edited = sorted(line.split()[-1] for line in proc.stdout.splitlines() if "added to" in line)
+    assert edited == ["docs/index.md", "mkdocs.yml"], proc.stdout  # the registries the guide names
     said = one_line(proc.stdout)
     assert f"proflab validate-lab {number} --quick" in said and "Next" in said
     compile((root / f"tests/test_lab{number}_check.py").read_text(), "test", "exec")
@@ -175,3 +180,17 @@ def test_a_value_the_original_never_yields_is_the_labs_mistake_not_a_pass(new_la
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr
     said = one_line(proc.stdout)
     assert "compares [results.scores], but its original yields no 'scores' (it yields 'out')" in said, said
+
+
+def test_each_labs_own_table_is_read_beside_the_readme(tmp_path):
+    from proflab.authoring import expectations
+
+    head = "| file | what is wrong | expected verdict |\n|---|---|---|\n"
+    (tmp_path / "README.md").write_text(head + "| `lab1_a.py` | x | **passes** every check |\n")
+    (tmp_path / "lab12.md").write_text(head + "| `lab12_b.py` | y | **Same results** fails: z |\n")
+    (tmp_path / "lab2.md").write_text(head + "| `lab2_c.py` | w | **Faster** passes or fails |\n")
+    (tmp_path / "notes.md").write_text(head + "| `lab3_d.py` | not a lab's table | **passes** every check |\n")
+    rows = expectations.read(tmp_path / "README.md")
+    assert [(r.file.name, r.check) for r in rows] == [("lab1_a.py", "passed"), ("lab2_c.py", None),
+                                                      ("lab12_b.py", "same_results")]
+    assert [r.file.name for r in expectations.of_lab(12, tmp_path / "README.md")] == ["lab12_b.py"]

@@ -30,6 +30,7 @@ from proflab import labkit  # noqa: E402
 from proflab.labkit import blocks, classify, photos, recsys  # noqa: E402
 
 NUM_FILES = photos.NUM_PHOTOS + 1  # and labels.txt
+PHOTOS = labkit.data_version(photos._FORMAT, photos._write_photos)  # READY: format + builder fingerprint
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -107,7 +108,7 @@ def test_missing_photos_are_reported_and_rebuilt_with_the_same_bytes(tmp_path, b
     assert "lab 2 (embeddings): data ready in data/requests" in proc.stdout
     assert_like_built(kit, built)
     assert not [p for p in (kit.root / "data").iterdir() if p.name.startswith(".")], "a temporary folder was left"
-    assert labkit.inspect(kit.root / "data" / "photos", photos._FORMAT, hashes=True)[:2] == (None, NUM_FILES)
+    assert labkit.inspect(kit.root / "data" / "photos", PHOTOS, hashes=True)[:2] == (None, NUM_FILES)
 
 
 # --- (b) a file cut short -----------------------------------------------------------
@@ -147,7 +148,7 @@ def test_a_changed_byte_passes_the_cheap_check_and_is_caught_and_repaired_by_ver
             "00042.jpg); rebuilt in data/photos") in proc.stdout, said(proc)
     assert "lab 2 (embeddings): ready, 1 file verified in data/requests" in proc.stdout, said(proc)
     assert_like_built(kit, built)
-    assert labkit.inspect(kit.root / "data" / "photos", photos._FORMAT, hashes=True)[:2] == (None, NUM_FILES)
+    assert labkit.inspect(kit.root / "data" / "photos", PHOTOS, hashes=True)[:2] == (None, NUM_FILES)
 
 
 # --- (d) an intact copy ----------------------------------------------------------------
@@ -189,8 +190,9 @@ def test_a_ready_from_the_previous_kit_or_none_or_a_cut_short_one_is_rebuilt(tmp
     assert "lab 3 (fusion): data was incomplete (no READY file" in proc.stdout, said(proc)
     assert "lab 4 (syncs): data was unverifiable (its READY cannot be read" in proc.stdout, said(proc)
     assert_like_built(kit, built)
-    for name, fmt in (("photos", photos._FORMAT), ("requests", recsys._FORMAT), ("tokens", blocks._FORMAT),
-                      ("features", classify._FORMAT)):
+    for name, fmt in (("photos", PHOTOS), ("requests", labkit.data_version(recsys._FORMAT, recsys._write_requests)),
+                      ("tokens", labkit.data_version(blocks._FORMAT, blocks._write_tokens)),
+                      ("features", labkit.data_version(classify._FORMAT, classify._write_features))):
         assert labkit.inspect(data / name, fmt)[0] is None, f"data/{name} is still not ready: built every time"
 
 
@@ -248,7 +250,7 @@ def test_a_full_disk_is_a_clear_kit_error_and_leaves_nothing_that_looks_ready(tm
         assert "Traceback" not in said(proc) and "RuntimeError" not in said(proc)
         assert not (data / "photos").exists()
         assert sorted(p.name for p in data.iterdir()) == ["requests"], "a half-built folder was left behind"
-        assert labkit.inspect(data / "photos", photos._FORMAT)[0] is not None
+        assert labkit.inspect(data / "photos", PHOTOS)[0] is not None
 
 
 def test_a_full_disk_while_repairing_leaves_the_incomplete_copy_as_not_ready(tmp_path, built):

@@ -291,3 +291,25 @@ def test_the_fix_check_fails_on_a_page_that_names_it():
 def test_every_page_is_converted_or_pending():
     names = {str(p.relative_to(DOCS)) for p in _pages()} - {"reference.md"}
     assert names <= set(CONVERTED) | set(PENDING), names - set(CONVERTED) - set(PENDING)
+
+
+def test_one_labs_figures_leave_the_others_and_the_machines_as_they_were(tmp_path, monkeypatch):
+    """gen_figures.py --lab N replaces lab N's keys only; the kit-wide ones (the machine, whether it was
+    quiet) are replaced by a run of every lab."""
+    spec = importlib.util.spec_from_file_location("gen_figures", DOCS / "gen_figures.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    figures = tmp_path / "figures.json"
+    figures.write_text(json.dumps({"machine": {"quiet": True}, "runs": {"lab3/check": {"exit": 0}},
+                                   "values": {"machine": "old box", "machine.cpu": "old", "lab3.x": "3",
+                                              "lab10.x": "old"}}))
+    monkeypatch.setattr(gen, "FIGURES", figures)
+    new = {"machine": "busy box", "machine.cpu": "new", "lab3.x": "changed", "lab10.x": "new"}
+    gen.write_figures(gen.made_by([10], every_lab=False), new, {"lab10/check": {"exit": 1}})
+    after = json.loads(figures.read_text())
+    assert after["machine"] == {"quiet": True}
+    assert after["values"] == {"machine": "old box", "machine.cpu": "old", "lab3.x": "3", "lab10.x": "new"}
+    assert after["runs"] == {"lab3/check": {"exit": 0}, "lab10/check": {"exit": 1}}
+    gen.write_figures(gen.made_by([3, 10], every_lab=True), new, {}, {"quiet": False})
+    after = json.loads(figures.read_text())
+    assert after["values"] == new and after["machine"]["quiet"] is False

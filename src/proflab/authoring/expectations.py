@@ -1,4 +1,6 @@
-"""What the tests expect of each learner file: the rows of ``tests/learner_files/README.md``.
+"""What the tests expect of each learner file: the rows of ``tests/learner_files/README.md``, and of each
+lab's own table beside it (``tests/learner_files/labN.md``, which ``proflab new-lab`` writes for a new lab,
+so that adding a lab edits no shared file here).
 
 Each row names a file ``labN_*.py``, what is wrong with it (or "not broken"), and the verdict expected:
 
@@ -6,7 +8,7 @@ Each row names a file ``labN_*.py``, what is wrong with it (or "not broken"), an
     **Same results** fails: ...              that check fails, the first to fail (the chain stops there)
     **Faster** passes, fails or is ...       a verdict left open (a fix close to its threshold)
 
-The table is the one place this is written: the lab tests, ``proflab validate-lab`` and
+The tables are the one place this is written: the lab tests, ``proflab validate-lab`` and
 ``benchmarks/bench_alternatives.py`` (the sound fixes, side by side) all read it here.
 """
 
@@ -45,10 +47,23 @@ def _cells(row: str) -> list[str]:
     return [c.strip() for c in row.strip().strip("|").split("|")]
 
 
+def tables(readme: Path = README) -> list[Path]:
+    """The README's table, then each lab's own (``labN.md`` beside it), in the labs' order."""
+    own = sorted(readme.parent.glob("lab*.md"), key=lambda p: (len(p.stem), p.stem))
+    return [readme, *[p for p in own if re.fullmatch(r"lab\d+", p.stem)]]
+
+
 def read(readme: Path = README) -> list[Expected]:
-    """Every row of the table, in its order."""
+    """Every row of every table, in their order."""
     found = []
-    for row in readme.read_text(encoding="utf-8").splitlines():
+    for table in tables(readme):
+        found += _rows(table, readme.parent)
+    return found
+
+
+def _rows(table: Path, folder: Path) -> list[Expected]:
+    found = []
+    for row in table.read_text(encoding="utf-8").splitlines():
         cells = _cells(row)
         match = re.fullmatch(r"`(lab\d+_\w+\.py)`", cells[0]) if len(cells) >= 3 else None
         if not match:
@@ -56,7 +71,7 @@ def read(readme: Path = README) -> list[Expected]:
         said = cells[2]
         title = re.match(r"\*\*(.+?)\*\* fails\b", said)
         check = PASSES if said.startswith("**passes**") else TITLES.get(title.group(1)) if title else None
-        found.append(Expected(readme.parent / match.group(1), check, said))
+        found.append(Expected(folder / match.group(1), check, said))
     return found
 
 

@@ -8,7 +8,8 @@ and every step from there can be validated again. It writes:
     src/proflab/labkit/name.py       its data (built once, deterministically) and its model
     docs/labs/NN-name.md             its page, from the labs' template; its nav entry and index row
     tests/test_labN_check.py         its test: the reference passes, the exercise fails, learner files
-    tests/learner_files/labN_*.py    a sound alternative fix, with its README row
+    tests/learner_files/labN_*.py    a sound alternative fix
+    tests/learner_files/labN.md      the lab's table of learner files and the verdict each expects
 
 ``--metric NAME`` writes an evidence metric's module, its unit test and its line in the registry.
 Nothing existing is overwritten: a name already taken is refused before anything is written.
@@ -92,7 +93,7 @@ def new_lab(root: Path, name: str, title: str = "", number: int | None = None) -
         raise AuthoringError(f"lab number {number} is taken by labs/{taken[number]}; leave --number out for the next free one")
     folder, slug, module = f"{number:02d}_{name}", f"{number:02d}-{name}", name
     for rel in (f"labs/{folder}", f"src/proflab/labkit/{module}.py", f"docs/labs/{slug}.md",
-                f"tests/test_lab{number}_check.py"):
+                f"tests/test_lab{number}_check.py", f"tests/learner_files/lab{number}.md"):
         if (root / rel).exists():
             raise AuthoringError(f"{rel} exists already; remove it or choose another name")
     title = title or name.replace("_", " ")
@@ -110,13 +111,13 @@ def new_lab(root: Path, name: str, title: str = "", number: int | None = None) -
     _write_new(root, f"tests/test_lab{number}_check.py", _fill("test_lab.py.tmpl", **values), written)
     alternative = f"lab{number}_batched_halves.py"
     _write_new(root, f"tests/learner_files/{alternative}", _fill("alternative.py.tmpl", **values), written)
+    _write_new(root, f"tests/learner_files/lab{number}.md", _fill("expectations.md.tmpl", alternative=alternative,
+                                                                  **values), written)
 
     edits = {
         "mkdocs.yml": (r"\s+- \"\d+ · .*\": labs/\d\d-", f'      - "{number} · TODO {title}": labs/{slug}.md\n'),
         "docs/index.md": (r"\| \d+ \| \[", f"| {number} | [TODO {title}](labs/{slug}.md) | TODO: the symptom | "
                                            "TODO: what it teaches |\n"),
-        "tests/learner_files/README.md": (r"\| `lab\d+_", f"| `{alternative}` | lab {number}: not broken: the batch "
-                                                          "in two halves (TODO: another sound fix) | **passes** every check |\n"),
     }
     for rel, (pattern, line) in edits.items():
         path = root / rel
@@ -131,7 +132,7 @@ def new_lab(root: Path, name: str, title: str = "", number: int | None = None) -
         "original's new original_sha256",
         METRIC_STEP,
         f"add sound alternatives and plausible mistakes as tests/learner_files/lab{number}_*.py, each with its "
-        "README row (its expected verdict), and the lab's own attempts at gaming it in "
+        f"row in tests/learner_files/lab{number}.md (its expected verdict), and the lab's own attempts at gaming it in "
         f"tests/test_lab{number}_check.py",
         f"set the threshold from python benchmarks/bench_alternatives.py --labs {number}",
         f"write docs/labs/{slug}.md, then python docs/gen_figures.py --lab {number} for its figures",

@@ -193,12 +193,13 @@ def paths_display(root: Path, path: Path) -> str:
 def check_alternatives(lab, readme: Path = expectations.README) -> Result:
     rows = expectations.of_lab(lab.number, readme)
     if not rows:
-        return Result("alternatives", False, f"no tests/learner_files/lab{lab.number}_*.py in its README",
-                      "add the sound fixes a learner would write, and plausible mistakes, each with its README row")
+        return Result("alternatives", False, f"no tests/learner_files/lab{lab.number}_*.py in a table of them",
+                      "add the sound fixes a learner would write, and plausible mistakes, each with its row in "
+                      f"tests/learner_files/lab{lab.number}.md")
     wrong = []
     for row in rows:
         if not row.file.is_file():
-            wrong.append(f"{row.file.name}: in the README, not in tests/learner_files/")
+            wrong.append(f"{row.file.name}: in a table, not in tests/learner_files/")
             continue
         report = _report(lab, row.file, f"file-{row.file.stem}")
         if report.get("verdict") == "inconclusive" and row.check is not None:

@@ -29,6 +29,7 @@ import tempfile
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, Iterator
 
 READY = "READY"
@@ -290,17 +291,81 @@ def save(obj, path: Path) -> None:
     Path(path).write_bytes(buffer.getvalue())
 
 
+_CONSTANTS = (bool, int, float, complex, str, bytes, tuple, frozenset, type(None))
+
+
+def fingerprint(build: Callable) -> str:
+    """Twelve hex digits of what ``build`` is made of: its source, the source of every function and class
+    of the lab kit it names (and of those they name, in turn), and the value of every constant of the
+    kit's modules they name. A change to any of them is a change to the data: ``build_once`` builds it
+    again, with no version for an author to remember to bump. Modules from elsewhere (torch, PIL) are
+    taken as they are."""
+    digest = hashlib.sha256()
+    seen: set[int] = set()
+
+    def ours(obj) -> bool:  # the lab kit's, or the builder's own module's
+        module = str(getattr(obj, "__module__", "") or "")
+        return module.startswith(__name__) or module == build.__module__
+
+    def code_names(code) -> set[str]:
+        names = set(code.co_names)
+        for const in code.co_consts:
+            if hasattr(const, "co_names"):
+                names |= code_names(const)
+        return names
+
+    def visit(obj) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        try:
+            text = inspect_source(obj)
+        except (OSError, TypeError):
+            code = getattr(obj, "__code__", None)
+            text = code.co_code.hex() if code is not None else repr(obj)
+        digest.update(f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')}\n{text}".encode())
+        functions = [obj] if hasattr(obj, "__code__") else \
+            [v for v in vars(obj).values() if hasattr(v, "__code__")] if isinstance(obj, type) else []
+        for function in functions:
+            namespace = function.__globals__
+            for name in sorted(code_names(function.__code__)):
+                value = namespace.get(name)
+                if value is None and name not in namespace:
+                    continue
+                if (callable(value) and ours(value)) or isinstance(value, type) and ours(value):
+                    visit(value)
+                elif isinstance(value, _CONSTANTS) and ours(SimpleNamespace(__module__=namespace.get("__name__"))):
+                    digest.update(f"{name}={value!r}\n".encode())
+
+    visit(build)
+    return digest.hexdigest()[:12]
+
+
+def data_version(version: str, build: Callable) -> str:
+    """What a data folder's READY names: its format, and the fingerprint of the code that builds it."""
+    return f"{version}+{fingerprint(build)}"
+
+
+def inspect_source(obj) -> str:
+    import inspect as _inspect
+
+    return _inspect.getsource(obj)
+
+
 def build_once(data_dir: str | os.PathLike, name: str, version: str, build: Callable[[Path], None]) -> Path:
     """``data_dir/name``, built by ``build(folder)`` unless it is ready; safe if processes race.
 
-    Ready means READY names ``version`` and every file it lists is there with
-    its size (with every file's sha256 too inside ``proflab data --verify``).
+    Ready means READY names ``version`` and the builder's ``fingerprint`` (a
+    change to the code that builds the data builds it again), and every file
+    it lists is there with its size (with every file's sha256 too inside
+    ``proflab data --verify``).
     The data is built in a temporary folder, READY written last, and renamed
     into place, so no process ever reads half of it. Raises ``DataError``
     when the folder is not ready and cannot be built.
     """
     data_dir = Path(data_dir)
     root = data_dir / name
+    version = data_version(version, build)
     hashes = _verifying.get()
     say = _progress.get() or (lambda text: None)
     problem, files, extra = inspect(root, version, hashes=hashes, progress=say)

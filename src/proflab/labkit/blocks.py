@@ -27,7 +27,7 @@ SEQ_LEN = 256  # tokens per sequence
 DIM = 32  # width of a token's embedding
 HEADS = 4  # attention heads; each one DIM // HEADS wide
 MLP_DIM = 4 * DIM
-_FORMAT = "tokens-v1"  # bump when the generator below changes
+_FORMAT = "tokens-v1"  # the data's format; a change to the code that builds it rebuilds it too (labkit.fingerprint)
 _DATA_SEED = 4_000_037
 _WEIGHTS_SEED = 5_000_011
 

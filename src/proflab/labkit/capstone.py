@@ -4,7 +4,7 @@ The photos are 1,024 synthetic 64×64 JPEGs of 10 classes (a class-coloured blob
 as lab 1's), generated deterministically under ``data/capstone`` the first time they are needed
 (``proflab data`` builds them: the manifest's ``data`` names ``ensure``), the same bytes on every
 machine: one file a photo, ``00000.jpg`` to ``01023.jpg``, and which class each is, ``index.json``.
-Bump ``_FORMAT`` whenever ``_write`` changes, and every kit builds them again.
+A change to ``_write``, or to what it calls, builds them again in every kit (``labkit.fingerprint``).
 
 Storage: as lab 1's, the photos live on modelled network storage. In every run the kit starts, each
 photo comes from the kit's storage service (:mod:`proflab.running.storage`, the lab's ``[storage]``
@@ -44,7 +44,7 @@ NUM_PHOTOS = 1024
 NUM_CLASSES = 10
 PHOTO_SIZE = 64
 CROP_SIZE = 48
-_FORMAT = "capstone-v5"  # bump when _write changes
+_FORMAT = "capstone-v5"  # the data's format; a change to the code that builds it rebuilds it too (labkit.fingerprint)
 _DATA_SEED = 30_000
 _AUGMENT_SEED = 2_000_003
 _WEIGHTS_SEED = 20000290

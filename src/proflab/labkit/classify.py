@@ -26,7 +26,7 @@ BATCH = 1024  # samples per batch
 FEATURES = 64  # width of a sample
 CLASSES = 100  # number of classes
 HIDDEN = 128
-_FORMAT = "features-v1"  # bump when the generator below changes
+_FORMAT = "features-v1"  # the data's format; a change to the code that builds it rebuilds it too (labkit.fingerprint)
 _DATA_SEED = 6_000_011
 _WEIGHTS_SEED = 7_000_003
 

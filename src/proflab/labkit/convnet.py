@@ -36,7 +36,7 @@ CLASSES = 10
 BLOCKS = [(8, 16, 1), (16, 32, 2), (32, 32, 1), (32, 64, 2), (64, 64, 1), (64, 128, 2), (128, 128, 1),
           (128, 128, 1)]
 STEM = 8  # channels out of the stem
-_FORMAT = "frames-v1"  # bump when the generator below changes
+_FORMAT = "frames-v1"  # the data's format; a change to the code that builds it rebuilds it too (labkit.fingerprint)
 _DATA_SEED = 10_000_019
 _WEIGHTS_SEED = 11_000_027
 _MEAN, _STD = 0.45, 0.25  # the pixels' normalisation, as a pretrained model's preprocessing has

@@ -36,7 +36,7 @@ ITEM_VOCAB = 50_000  # rows of the item table
 EMBEDDING_DIM = 32
 USER_BAG = (4, 40)  # shortest and longest user bag
 ITEM_BAG = (1, 8)  # shortest and longest item bag
-_FORMAT = "requests-v2"  # bump when the generator below changes
+_FORMAT = "requests-v2"  # the data's format; a change to the code that builds it rebuilds it too (labkit.fingerprint)
 _REQUESTS_SEED = 2_000_003
 _WEIGHTS_SEED = 3_000_017
 
