@@ -374,7 +374,7 @@ SLOW_MODULES = frozenset({
     "test_browser", "test_site_browser", "test_autograder_gradescope", "test_autograder_classroom",
     "test_own_model_gate", "test_profile_command", "test_profile_tab", "test_foreign_traces", "test_tensorboard",
     "test_tensorboard_views", "test_tensorboard_faults", "test_timeline_speed", "test_docs_commands",
-    "test_page_figures", "test_gate",
+    "test_gate",
     # real sandboxes, servers and faults, run after run: seconds each
     "test_isolation", "test_faults_second", "test_data_verify", "test_forkserver", "test_adaptive", "test_limits",
     "test_profile_exits", "test_slots",

@@ -63,17 +63,14 @@ def test_no_plugin_view_is_pointed_at_without_saying_it_needs_the_internet():
 
 def test_every_lab_page_says_which_time_decides_as_its_manifest_does():
     """A lab's [timing] says per device whether its step's time is the clock or the run's CPU time; its page
-    says so, and why, where it explains what the checker measures."""
+    says so, and why, where it explains what the checker measures (page_rules.time_rule, which validate-lab
+    applies too)."""
     from proflab import labs
+    from proflab.authoring import page_rules
 
     for lab in labs.discover():
         if not lab.docs or lab.gating is not None:
             continue
         page = (REPO / "docs" / lab.docs).read_text(encoding="utf-8")
         assert "**Which time counts.**" in page, lab.docs
-        said = page[page.index("**Which time counts.**"):].split("\n\n", 1)[0]
-        assert lab.timing_why, f"lab {lab.number}'s [timing] has no why"
-        if "cpu_time" in lab.timing.values():
-            assert "CPU time" in said and "/proc" in said, lab.docs
-        if "wall_time" in lab.timing.values() and lab.leaner == {}:
-            assert "clock" in said, lab.docs
+        assert page_rules.time_rule(lab, page) == [], lab.docs

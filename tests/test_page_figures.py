@@ -25,6 +25,8 @@ import pytest
 
 from conftest import kit_labs
 
+from proflab.authoring import page_rules as rules
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 FIGURES_DIR = DOCS / "figures"
@@ -49,66 +51,12 @@ PENDING: list[str] = []
 # Pages whose figures are not yet all generated, but whose fix already stays in the hints.
 FIX_ONLY: list[str] = []
 
-# A measured-looking figure: a number with a unit of time, size, a share or a ratio; a count of calls;
-# a count of steps of a phase; a schedule's arguments.
-UNIT = r"(?:ms|µs|us|ns|s|secs?|seconds?|minutes?|min|MB|MiB|GB|GiB|KB|kB|KiB)\b"
-MEASURED = re.compile(
-    r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?(?:\s?[–-]\s?[-+−]?\d[\d,]*(?:\.\d+)?)?(?:\s?(?:%|×(?!\s?\d)|x\b(?!\s?\d)|" + UNIT + r")"
-    r"|\s+(?:all-reduce\s+)?calls\b"
-    r"|\s+(?:timed|profiled|warm-up|recorded|active)\b)"
-    r"|\b(?:wait|warmup|active|repeat)=\d+"
-)
-# Figures that are not measurements, each with its reason. (page, exact text, reason)
-ALLOWED = [
-    ("*", "10–30%", "a common estimate of the profiler's overhead, quoted as such, not measured here"),
-    ("*", "95%", "the checker's confidence level (src/proflab/measuring/stats.py), a constant"),
-    ("*", "100%", "a definition: the whole of a total"),
-    ("reading-a-profile.md", "wait=0", "the kit's own schedule's wait (KIT_SCHEDULE, tested against the runner)"),
-    ("reading-a-profile.md", "wait=1", "the example schedule of the page's own example loop"),
-    ("reading-a-profile.md", "warmup=1", "the example schedule of the page's own example loop"),
-    ("reading-a-profile.md", "active=3", "the example schedule of the page's own example loop"),
-    ("reading-a-profile.md", "repeat=1", "the example schedule of the page's own example loop"),
-    ("reading-a-profile.md", "3 calls", "the example loop's count, from its own schedule (active=3)"),
-    ("labs/07-gate.md", "1%", "the exercise's own comment on its max_slowdown = 1.01, a setting, not measured"),
-]
-# The instructor guide states the checker's own constants, each set in the code (not measured), and the
-# factors the guide's class of five is built with (docs/gen_figures.py --page instructor).
-ALLOWED += [("instructor.md", text, reason) for text, reason in [
-    ("5 s", "progress.py LOCK_READ_WAIT_S"), ("30 s", "progress.py LOCK_WAIT_S"),
-    ("20 ms", "the slack of the first step (grading/measures.py), of the trace's steps, the memory sampling, "
-              "the calibration lab's step_ms"),
-    ("2×", "the trace's steps against the stamped ones"), ("25%", "running/marks.py CLOCK_SLACK"),
-    ("30 ms", "the background work floor, running/marks.py"), ("0.25 s", "running/execute.py POLL_S"),
-    ("100 ms", "running/memory.py DEVICE_SAMPLE_S"), ("0.9×", "labs.py min_work_vs_original"),
-    ("5×", "grading/checks/evidence.py PROFILED_SLOWDOWN_MAX"),
-    ("5%", "measuring/answers.py FOREIGN_SHARE, grading/measures.py FIRST_STEP_SLACK"),
-    ("10%", "measuring/answers.py CALLS_SLACK, the host peak's slack; bob's factor in the guide's class"),
-    ("3×", "measuring/answers.py STEP_FACTOR"), ("50 ms", "measuring/answers.py STEP_SLACK_S"),
-    ("80%", "measuring/answers.py NEAR_TOP"),
-    ("8 timed", "tests/test_labs.py's minimum"), ("2 profiled", "tests/test_labs.py's minimum"),
-    ("1.6×", "alice's factor in the guide's class"), ("1.45×", "erin's factors in the guide's class"),
-    ("1.0×", "erin's factors in the guide's class"),
-    ("3 GB", "the Gradescope machine size the guide recommends (a setting to pick, not a measured figure)"),
-]]
-BENCH_BLOCK = re.compile(r"<!--\s*figures from (benchmarks/results/[\w.\-]+\.md)\s*-->\n(.*?)(?:\n\s*\n|\Z)", re.S)
-SNIPPET = re.compile(r"^\s*--8<--\s+\"([^\"]+)\"\s*$", re.M)
-
-# The words and calls that name each lab's fix. A lab page may not name them outside a collapsed
-# ??? note "After you pass: ..." block; the lab's last hint must name one of them.
-FIX_TOKENS = {
-    0: ["next(batches)", "iter(loader)", "active=3", "wait=1, warmup=1"],
-    1: ["num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "non_blocking"],
-    2: ["EmbeddingBag", "embedding_bag", "index_select", "nn.Embedding", "F.embedding"],
-    3: ["F.layer_norm", "scaled_dot_product_attention", "F.gelu", "F.softmax", "torch.compile", "nn.LayerNorm",
-        "is_causal"],
-    4: ["index_add_", "bincount", "isfinite", "loss.detach()"],
-    5: ["no_grad", "inference_mode", ".item()", ".detach()"],
-    6: ["no_sync", "bucket_cap_mb"],
-    7: ["max_slowdown = 1.3", "max_slowdown of 1.3", "1.3×", "max_rounds = 30", "profile_steps = 5"],
-    8: ["channels_last", "fuse_modules", "fuse_conv_bn_eval", "optimization.fuse", "inference_mode", "folding",
-        "folded", "Fold each", "fold each"],
-}
-AFTER_YOU_PASS = re.compile(r'^\?\?\? note "After you pass[^"]*"\n((?:[ \t]+.*\n|\s*\n)*)', re.M)
+# The page rules themselves (the figures lint and its allowed figures, the fix behind the hints, which time
+# counts) live in proflab.authoring.page_rules, which validate-lab applies to a new lab's page too.
+MEASURED, ALLOWED, BENCH_BLOCK, SNIPPET = rules.MEASURED, rules.ALLOWED, rules.BENCH_BLOCK, rules.SNIPPET
+handwritten, _allowed, _outside_after_you_pass = rules.handwritten, rules.allowed, rules.outside_after_you_pass
+# The words and calls that name each lab's fix: each lab's own fix_words (lab.toml).
+FIX_TOKENS = {lab.number: list(lab.fix_words) for lab in kit_labs() if lab.fix_words}
 
 
 def _page(name: str) -> str:
@@ -117,24 +65,6 @@ def _page(name: str) -> str:
 
 def _pages() -> list[Path]:
     return sorted(p for p in DOCS.rglob("*.md") if FIGURES_DIR not in p.parents)
-
-
-def _allowed(page: str, text: str) -> bool:
-    return any((where == "*" or where == page) and text == allowed for where, allowed, _ in ALLOWED)
-
-
-def handwritten(page: str, markdown: str) -> list[str]:
-    """The measured-looking figures of a page that come from neither the figures nor a cited results file."""
-    found = []
-    markdown = hook.PLACEHOLDER.sub("FIGURE", markdown)
-    markdown = SNIPPET.sub("", markdown)
-    markdown = BENCH_BLOCK.sub("", markdown)
-    for number, line in enumerate(markdown.splitlines(), 1):
-        for m in MEASURED.finditer(line):
-            text = m.group(0).strip()
-            if not _allowed(page, text):
-                found.append(f"{page}: {text!r} in {line.strip()[:100]!r}")
-    return found
 
 
 def test_every_figure_name_on_every_page_resolves():
@@ -241,10 +171,6 @@ def test_the_schedules_a_page_shows_are_the_reference_or_the_kits():
     for name in CONVERTED:
         for m in re.finditer(r"schedule\((wait=\d+, warmup=\d+, active=\d+, repeat=\d+)\)", _page(name)):
             assert m.group(1) in sources, f"{name}: schedule({m.group(1)}) is in no lab file"
-
-
-def _outside_after_you_pass(page: str) -> str:
-    return AFTER_YOU_PASS.sub("", page)
 
 
 def _lab_pages():

@@ -297,6 +297,9 @@ class Lab:
     thresholds: dict[str, float]
     hints: tuple[str, ...]
     docs: str = ""
+    # The words and calls that name the lab's fix (``fix_words``): its page may not name them outside a
+    # collapsed "After you pass" note, its last hint must name one, its first none (authoring.page_rules)
+    fix_words: tuple[str, ...] = ()
     data: str = ""  # "module:function" that prepares the lab's data under data/
     grading: Grading = field(default_factory=Grading)  # points per check, for proflab grade
     storage: Storage | None = None
@@ -448,6 +451,7 @@ _TOP: Spec = {
     "docs": (_STRING, False),
     "data": (_DATA_SPEC, False),
     "hints": (_TEXTS, False),
+    "fix_words": (_TEXTS, False),
     "files": (_TABLE, True),
     "workload": (_TABLE, True),
     "results": (_TABLE, True),
@@ -759,6 +763,7 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
         evidences=evidences,
         thresholds={device: float(value) for device, value in speedup.items()},
         hints=tuple(top.get("hints", ())),
+        fix_words=tuple(top.get("fix_words", ())),
         docs=top.get("docs", ""),
         data=top.get("data", ""),
         grading=grading,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from . import expectations
+from . import expectations, page_rules
 
 # The smallest speed-up over a threshold the checker called "passed" in every check on the 2-core machine
 # (benchmarks/results/2026-11-30-cpu-2core-resolution.md; python benchmarks/bench_noise.py --resolution).
@@ -249,6 +249,10 @@ def check_page(root: Path, lab) -> Result:
                if lab.docs not in text]
     if missing:
         return Result("page", False, f"docs/{lab.docs} is not in {' nor '.join(missing)}", "add its line there")
+    broken = page_rules.check(lab, lab.docs, page.read_text(encoding="utf-8"))  # the rules the kit's tests hold
+    if broken:
+        return Result("page", False, "; ".join(f"{b.rule}: {b.found}" for b in broken),
+                      "; ".join(dict.fromkeys(b.change for b in broken)))
     with tempfile.TemporaryDirectory(prefix="proflab-site-") as site:
         built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", site], cwd=root,
                                capture_output=True, text=True)
@@ -263,7 +267,8 @@ def check_page(root: Path, lab) -> Result:
         return Result("page", False, f"docs/{lab.docs} builds, but quotes none of the lab's figures",
                       f"run python docs/gen_figures.py --lab {lab.number}, then quote its outputs on the page "
                       f"(--8<-- \"lab{lab.number}/run-exercise.txt\", {{{{ lab{lab.number}.machine }}}})")
-    return Result("page", True, f"docs/{lab.docs} is in the nav and the index, builds, and quotes the lab's figures")
+    return Result("page", True, f"docs/{lab.docs} is in the nav and the index, keeps the page rules, builds, and "
+                  "quotes the lab's figures")
 
 
 def check_tests(root: Path, lab) -> Result:
