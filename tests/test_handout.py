@@ -127,3 +127,22 @@ def test_a_refusal_on_a_thread_of_its_own_ends_the_run_saying_why(pair):
     thread.start()
     thread.join(10)
     assert len(ended) == 1 and "only as that step begins" in str(ended[0])
+
+
+def stamped(*codes_and_times) -> marks.Marks:
+    m = marks.Marks()
+    m.stamps = list(codes_and_times)
+    m.busy = [t for code, t in codes_and_times if code in "Cc"]  # CPU seconds = the clock, for the test
+    return m
+
+
+def test_compiling_is_credited_only_within_one_step():
+    """A compile span the compiler opens and closes inside a step is left out; one that holds a step's mark
+    was written by the run (torch.compile compiles within the step that calls it), and earns nothing: it
+    would otherwise be left out once as compiling and again in the first step's allowance."""
+    inside = stamped(("B", 0.0), ("C", 0.1), ("c", 0.6), ("W", 1.0), ("W", 2.0), ("S", 2.0))
+    assert marks._compiling_cpu_s(inside, 0.0, 2.0) == pytest.approx(0.5)
+    assert marks._compiling_s(inside, 0.0, 2.0) == pytest.approx(0.5)
+    across = stamped(("B", 0.0), ("C", 0.1), ("W", 1.0), ("c", 1.6), ("W", 2.0), ("S", 2.0))
+    assert marks._compiling_cpu_s(across, 0.0, 2.0) == 0.0
+    assert marks._compiling_s(across, 0.0, 2.0) == 0.0

@@ -31,7 +31,8 @@ from proflab.running import cgroups, marks, processes
 CHEATS = Path(__file__).resolve().parent / "cheats"
 ATTEMPTS = ["lab1_forged_window.py", "lab2_forged_marks.py", "lab2_forged_marks_paused.py",
             "lab2_zombie_helper.py", "lab2_forged_compile_marks.py", "lab2_compile_constant.py",
-            "lab2_init_helper.py", "lab8_init_helper.py", "lab3_train_while_compiling.py"]
+            "lab2_init_helper.py", "lab8_init_helper.py", "lab3_train_while_compiling.py",
+            "lab3_compile_span_across_steps.py"]
 
 needs_cgroups = pytest.mark.skipif(not cgroups.available()[0],
                                    reason=f"no cgroup accounting here: {cgroups.available()[1]}")
@@ -104,6 +105,15 @@ def test_training_done_while_compiling_cannot_know_the_steps_batches(batch):
     code, report = report_of(batch, "lab3_train_while_compiling.py")
     assert code == 1, explain(report)
     assert statuses(report)["same_results"] == "failed", explain(report)
+
+
+def test_a_compile_span_written_across_steps_earns_nothing(batch):
+    """Lab 3: the compiler's callbacks called by hand around the warm-up's step marks, the first timed step
+    done before the window and the last ones after it, the profiled steps' work moved past the profiler's
+    stop (a red-team pass: 1.07-1.14x, inconclusive, before compile spans had to lie within one step)."""
+    code, report = report_of(batch, "lab3_compile_span_across_steps.py")
+    assert code in (1, 4), explain(report)
+    assert statuses(report)["faster"] in ("failed", "inconclusive"), explain(report)
 
 
 @pytest.mark.parametrize("name", ["lab2_init_helper.py", "lab8_init_helper.py"])

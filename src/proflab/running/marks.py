@@ -284,6 +284,16 @@ def _abridge(codes: str) -> str:
     return " ".join(parts)
 
 
+STEP_MARKS = "BWSTEPQ"
+
+
+def _within_a_step(marks: Marks, a: float, b: float) -> bool:
+    """Whether a compile span lies inside one step: torch.compile compiles within the step that calls it,
+    so a span that holds a step's mark was written by the run, not the compiler, and earns nothing (were
+    it credited, the step it closes in would also keep the first step's allowance for the same time)."""
+    return not any(a < t < b for code, t in marks.stamps if code in STEP_MARKS)
+
+
 def _compiling_s(marks: Marks, start: float, end: float, reads=None) -> float:
     """Seconds between ``start`` and ``end`` spent compiling (torch.compile), by the stamps, as far as the
     checker can corroborate them from outside: the marks come from inside the run, so each interval
@@ -297,7 +307,7 @@ def _compiling_s(marks: Marks, start: float, end: float, reads=None) -> float:
         overlap = max(0.0, min(b, end) - max(a, start))
         if not overlap:
             continue
-        if reads is not None and reads(a, b):
+        if (reads is not None and reads(a, b)) or not _within_a_step(marks, a, b):
             continue
         cpu = busy[2 * i + 1] - busy[2 * i] if busy else 0.0
         credited += max(0.0, min(overlap, cpu))
@@ -309,8 +319,8 @@ def _compiling_cpu_s(marks: Marks, start: float, end: float) -> float:
     opened, closed = marks.times("C"), marks.times("c")
     if len(marks.busy) != len(opened) + len(closed):
         return 0.0
-    return sum(max(0.0, marks.busy[2 * i + 1] - marks.busy[2 * i])
-               for i, (a, b) in enumerate(zip(opened, closed)) if a >= start and b <= end)
+    return sum(max(0.0, marks.busy[2 * i + 1] - marks.busy[2 * i]) for i, (a, b) in enumerate(zip(opened, closed))
+               if a >= start and b <= end and _within_a_step(marks, a, b))
 
 
 def _clock_slow(inside_steps: Any, bounds: list[float]) -> bool:
