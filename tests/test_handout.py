@@ -146,3 +146,27 @@ def test_compiling_is_credited_only_within_one_step():
     across = stamped(("B", 0.0), ("C", 0.1), ("W", 1.0), ("c", 1.6), ("W", 2.0), ("S", 2.0))
     assert marks._compiling_cpu_s(across, 0.0, 2.0) == 0.0
     assert marks._compiling_s(across, 0.0, 2.0) == 0.0
+
+
+def test_profiled_steps_far_shorter_than_timed_ones_are_not_their_evidence():
+    """Placeholders yielded while profiled, their work done once the profiler has stopped: the checker's
+    stamps show profiled steps a small fraction of a timed one. Profiling adds to a step, so a sound fix's
+    profiled steps are as long or longer, and a fast step's few milliseconds never reach the floor."""
+    from pathlib import Path
+
+    from proflab.grading.checks import evidence as evidence_check
+    from proflab.grading.verdicts import Check
+    from proflab.running.execute import Outcome
+
+    def judged(profiled, timed, figure="cpu_time"):
+        same = Check("same_results", "Same results", "")
+        run = Outcome("learner", Path("x.py"), "ok", {"profiled_steps_s": profiled, "step_times": timed})
+        return evidence_check.profiled_steps_did_the_work(run, same, figure), same
+
+    ok, same = judged([0.0012, 0.0009, 0.0011], [0.030] * 40)
+    assert not ok and same.status == "failed" and "did not do the timed steps' work" in same.rationale
+    assert judged([0.045, 0.041, 0.043], [0.030] * 40)[0]  # profiled: longer, as profiling makes them
+    assert judged([0.0004, 0.0005, 0.0004], [0.003] * 40)[0]  # a fast step: within the floor
+    assert judged([], [0.030])[0]
+    # on the clock a step may wait on work beside it: lab 1's two workers, 47 ms profiled, 257 ms timed
+    assert judged([0.047, 0.050, 0.046], [0.257] * 8, figure="wall_time")[0]

@@ -110,10 +110,14 @@ def test_training_done_while_compiling_cannot_know_the_steps_batches(batch):
 def test_a_compile_span_written_across_steps_earns_nothing(batch):
     """Lab 3: the compiler's callbacks called by hand around the warm-up's step marks, the first timed step
     done before the window and the last ones after it, the profiled steps' work moved past the profiler's
-    stop (a red-team pass: 1.07-1.14x, inconclusive, before compile spans had to lie within one step)."""
+    stop (a red-team pass: 1.07-1.14x, inconclusive, before compile spans had to lie within one step and the
+    profiled steps as long as the timed ones). Its profiled steps, a few ms against 30, are not the timed
+    steps' evidence; and without that check, its speed-up fails (0.51x)."""
     code, report = report_of(batch, "lab3_compile_span_across_steps.py")
-    assert code in (1, 4), explain(report)
-    assert statuses(report)["faster"] in ("failed", "inconclusive"), explain(report)
+    assert code == 1, explain(report)
+    check = next(c for c in report["checks"] if c["status"] == "failed")
+    assert check["name"] == "same_results" and "did not do the timed steps' work" in check["rationale"], \
+        explain(report)
 
 
 @pytest.mark.parametrize("name", ["lab2_init_helper.py", "lab8_init_helper.py"])

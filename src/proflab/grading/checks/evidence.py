@@ -69,6 +69,8 @@ def evidence_holds(lab: labs.Lab, report: Report, proof: Check, learner_run: exe
         return False
     if not same_work_when_profiled(learner_run, traces["learner"], same, report.figure):
         return False
+    if not profiled_steps_did_the_work(learner_run, same, report.figure):
+        return False
     if ev.work_ops:
         names = ", ".join(ev.work_ops)
         work = evidence.work_flops(traces["learner"], ev.work_ops)
@@ -203,6 +205,36 @@ def same_work_when_profiled(run: execute.Outcome, trace: evidence.Trace, same: C
                     f"step took ({profiled * 1000:.2f} ms against {timed * 1000:.2f} ms)",
                     f"at most {PROFILED_SLOWDOWN_MAX:g}× (the operators' own cost of being recorded)",
                     f"{profiled / timed:.0f}×", "do the same work in every step, profiled or not")
+        return False
+    return True
+
+
+# A profiled step, stamped by the checker, this much shorter than a timed one (and by at least this many
+# seconds) did not do the timed steps' work: the profiler adds to a step, never takes away. A file that
+# yields placeholders while profiled and does their work once the profiler has stopped shows a trace
+# without the lesson's work (a red-team pass on lab 3: 0.07 M elements read a step against 31.74 M).
+PROFILED_SHORTER_MAX = 0.2
+PROFILED_SHORTER_MIN_S = 0.01
+
+
+def profiled_steps_did_the_work(run: execute.Outcome, same: Check, figure: str = "cpu_time") -> bool:
+    """The profiled steps against the timed ones, both as the checker stamped them: the median profiled
+    step may not be a small fraction of the median timed step. Only where the lab's figure is CPU time, whose
+    steps do their work in the step: where it is the clock, a step may wait on work done beside it (lab 1's
+    DataLoader workers), and a profiled step that finds its batch ready is rightly short (lab 1 with two
+    workers: 47 ms profiled against 257 ms timed)."""
+    if figure != "cpu_time":
+        return True
+    profiled = sorted(run.result.get("profiled_steps_s") or [])
+    timed = sorted(run.result.get("step_times") or [])
+    if not profiled or not timed:
+        return True
+    p, t = profiled[len(profiled) // 2], timed[len(timed) // 2]
+    if p < PROFILED_SHORTER_MAX * t and t - p > PROFILED_SHORTER_MIN_S:
+        same.failed(f"a profiled step took {p * 1000:.1f} ms, a timed step {t * 1000:.1f} ms: the profiled "
+                     "steps did not do the timed steps' work, so their trace is not its evidence",
+                     f"a profiled step at least {PROFILED_SHORTER_MAX:g}× a timed one (profiling adds to a step)",
+                     f"{p / t:.2f}×", "do the same work in every step, profiled or not, inside the step")
         return False
     return True
 
