@@ -258,8 +258,9 @@ def run(
         # whether the time compiling takes is left out at all ([timing] compile): elsewhere it is work
         "compile_credit": lab.compile_credit,
         # ...and there, each step's inputs are handed out as the step begins (``labkit.handout``), so that
-        # no work on a later step can be done while compiling
-        "handout": bool(checking and lab.compile_credit and lab.distributed is None),
+        # no work on a later step can be done while compiling: in a lab whose data is the kit's, whose data
+        # class reads the draws (not a gate's own project, whose data is its own)
+        "handout": bool(checking and lab.compile_credit and lab.distributed is None and lab.data),
         # Lab 0: the file profiles itself, into trace_dir; the kit's profiler stays off.
         "learner_profiles": lab.profiling is not None,
         "preimport": _mentions(file, "compile", "optim"),
