@@ -52,6 +52,8 @@ ALLOWED += [("instructor.md", text, reason) for text, reason in [
     ("30 ms", "the background work floor, running/marks.py"), ("0.25 s", "running/execute.py POLL_S"),
     ("100 ms", "running/memory.py DEVICE_SAMPLE_S"), ("0.9×", "labs.py min_work_vs_original"),
     ("5×", "grading/checks/evidence.py PROFILED_SLOWDOWN_MAX"),
+    ("0.2×", "grading/checks/evidence.py PROFILED_SHORTER_MAX"),
+    ("10 ms", "grading/checks/evidence.py PROFILED_SHORTER_MIN_S"),
     ("5%", "measuring/answers.py FOREIGN_SHARE, grading/measures.py FIRST_STEP_SLACK"),
     ("10%", "measuring/answers.py CALLS_SLACK, the host peak's slack; bob's factor in the guide's class"),
     ("3×", "measuring/answers.py STEP_FACTOR"), ("50 ms", "measuring/answers.py STEP_SLACK_S"),
