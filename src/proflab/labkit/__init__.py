@@ -29,7 +29,6 @@ import tempfile
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Callable, Iterator
 
 READY = "READY"
@@ -303,9 +302,11 @@ def fingerprint(build: Callable) -> str:
     digest = hashlib.sha256()
     seen: set[int] = set()
 
-    def ours(obj) -> bool:  # the lab kit's, or the builder's own module's
-        module = str(getattr(obj, "__module__", "") or "")
-        return module.startswith(__name__) or module == build.__module__
+    def ours_module(module: str | None) -> bool:  # the lab kit's, or the builder's own module
+        return bool(module) and (module.startswith(__name__) or module == build.__module__)
+
+    def ours(obj) -> bool:
+        return ours_module(getattr(obj, "__module__", None))
 
     def code_names(code) -> set[str]:
         names = set(code.co_names)
@@ -332,9 +333,9 @@ def fingerprint(build: Callable) -> str:
                 value = namespace.get(name)
                 if value is None and name not in namespace:
                     continue
-                if (callable(value) and ours(value)) or isinstance(value, type) and ours(value):
+                if callable(value) and ours(value):  # a function or a class of the kit's
                     visit(value)
-                elif isinstance(value, _CONSTANTS) and ours(SimpleNamespace(__module__=namespace.get("__name__"))):
+                elif isinstance(value, _CONSTANTS) and ours_module(namespace.get("__name__")):
                     digest.update(f"{name}={value!r}\n".encode())
 
     visit(build)

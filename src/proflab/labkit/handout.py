@@ -29,7 +29,6 @@ KEY = struct.Struct("<Q")  # one step's draw: 8 bytes
 WAIT_S = 20.0  # the checker sends a step's draw within milliseconds of the mark before it
 
 _fd: int | None = None
-_given = 0
 _begun = 0  # steps begun, as the kit's runner marks them
 _refused: Callable[[HandoutError], None] | None = None
 
@@ -42,8 +41,8 @@ def set_channel(fd: int | None, refused: Callable[[HandoutError], None] | None =
     """Called by the kit's runner in a check of such a lab, before the lab file is imported. ``refused``
     ends the run, saying why, when a batch is refused on a thread other than the main one: the step that
     waits for that thread would otherwise wait until the run's time limit."""
-    global _fd, _given, _begun, _refused
-    _fd, _given, _begun, _refused = fd, 0, 0, refused
+    global _fd, _begun, _refused
+    _fd, _begun, _refused = fd, 0, refused
 
 
 def _refuse(message: str) -> HandoutError:
@@ -66,7 +65,6 @@ def active() -> bool:
 def next_index(count: int, step: int) -> int:
     """Which of ``count`` stored batches the pipeline's ``step``-th batch is: ``step`` outside a check,
     the checker's draw for it in one."""
-    global _given
     if _fd is None:
         return step % count
     if step >= _begun:
@@ -85,7 +83,6 @@ def next_index(count: int, step: int) -> int:
         if not more:
             raise _refuse("the checker's channel closed before the pipeline's last batch was handed out")
         raw += more
-    _given += 1
     return KEY.unpack(raw)[0] % count
 
 
