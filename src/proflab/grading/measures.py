@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from .. import labs, paths
 from ..measuring import stats
@@ -134,11 +135,24 @@ def _after_key(figure: str) -> str:
     return "cpu_after_s" if figure == "cpu_time" else "after_s"
 
 
-def after_allowance(lab: labs.Lab, originals: list[execute.Outcome], figure: str = "wall_time") -> dict[int, float]:
+# In ``after_allowance``'s table: the original's time from its last profiled step to its trace's fingerprint
+# (the profiler stopped, the trace written: "Q" to "H"), and the size of the trace it wrote then.
+TRACE_GAP = "trace_gap"
+
+
+def _gap_key(figure: str) -> str:
+    return "cpu_trace_gap_s" if figure == "cpu_time" else "trace_gap_s"
+
+
+def after_allowance(lab: labs.Lab, originals: list[execute.Outcome], figure: str = "wall_time") -> dict[Any, Any]:
     """How long a version may run after its timed window and have none of it counted, in seconds, per
     kind of run (by the steps it was asked for: a first run is profiled after its window, a later one is
     not): what the original's runs of that kind took there (their median), with a little slack. Empty for
-    a lab whose learner profiles itself (lab 0: its own trace is written after the window)."""
+    a lab whose learner profiles itself (lab 0: its own trace is written after the window).
+
+    Under ``TRACE_GAP``, [seconds, bytes]: what the original's profiled runs took between their last
+    profiled step and their trace's fingerprint, and the size of that trace (medians): that gap's allowance
+    for a version grows with its own trace's size (``gap_excess_s``)."""
     if lab.profiling is not None:
         return {}
     key = _after_key(figure)
@@ -146,21 +160,39 @@ def after_allowance(lab: labs.Lab, originals: list[execute.Outcome], figure: str
     for o in originals:
         if key in o.result:
             kinds.setdefault(o.steps_asked, []).append(float(o.result[key]))
-    return {steps: stats.median(values) * AFTER_SLACK + AFTER_SLACK_S + lab.workload.startup_s
-            for steps, values in kinds.items()}
+    allowance: dict[Any, Any] = {steps: stats.median(values) * AFTER_SLACK + AFTER_SLACK_S + lab.workload.startup_s
+                                 for steps, values in kinds.items()}
+    gaps = [(float(o.result[_gap_key(figure)]), float(o.result["trace_bytes"])) for o in originals
+            if _gap_key(figure) in o.result and o.result.get("trace_bytes")]
+    if gaps:
+        allowance[TRACE_GAP] = [stats.median([g for g, _ in gaps]), stats.median([b for _, b in gaps])]
+    return allowance
 
 
-def after_excess_s(run: execute.Outcome, after: dict[int, float] | None, figure: str = "wall_time") -> float:
-    """The seconds ``run`` spent after its timed window beyond its allowance (``after_allowance``), which
-    count as its steps' own: 0 where either is unknown."""
-    if not after or run.steps_asked not in after:
+def gap_excess_s(run: execute.Outcome, after: dict[Any, Any] | None, figure: str = "wall_time") -> float:
+    """The seconds ``run`` spent between its last profiled step and its trace's fingerprint beyond what the
+    original took there, scaled up for a larger trace than the original's (never down), with the same
+    slack as after the window: work moved there out of the profiled steps counts as the steps' own."""
+    spent = run.result.get(_gap_key(figure))
+    if not after or TRACE_GAP not in after or spent is None:
         return 0.0
+    seconds, size = after[TRACE_GAP]
+    grown = max(1.0, float(run.result.get("trace_bytes") or 0.0) / size) if size else 1.0
+    return max(0.0, float(spent) - (seconds * grown * AFTER_SLACK + AFTER_SLACK_S))
+
+
+def after_excess_s(run: execute.Outcome, after: dict[Any, Any] | None, figure: str = "wall_time") -> float:
+    """The seconds ``run`` spent after its timed window beyond its allowance (``after_allowance``), which
+    count as its steps' own, the trace's gap included (``gap_excess_s``): 0 where either is unknown."""
+    gap = gap_excess_s(run, after, figure)
+    if not after or run.steps_asked not in after:
+        return gap
     spent = run.result.get(_after_key(figure))
-    return max(0.0, float(spent) - after[run.steps_asked]) if spent is not None else 0.0
+    return gap + (max(0.0, float(spent) - after[run.steps_asked]) if spent is not None else 0.0)
 
 
 def counted_step_s(run: execute.Outcome, allowance_s: float, figure: str = "wall_time",
-                   after: dict[int, float] | None = None) -> float:
+                   after: dict[Any, Any] | None = None) -> float:
     """The time per step the speed-up compares: every warm-up and timed step, stamped by the checker,
     less the time spent compiling and at most ``allowance_s`` of the first step, and what the run did
     after its window beyond the original (``after``: ``after_allowance``); in wall time, or in the CPU

@@ -28,7 +28,7 @@ from .. import errors, labs, paths
 from ..measuring import evidence, stats
 from ..running import execute, forkserver, sandbox, slots
 from .compare import Difference
-from .measures import (after_allowance, after_excess_s, changed_during, counted_step_s, differs, figure_of, fingerprint, first_step_allowance,
+from .measures import (after_allowance, after_excess_s, changed_during, gap_excess_s, counted_step_s, differs, figure_of, fingerprint, first_step_allowance,
                        record_peaks, round_seed, stop_reason)
 from .publishing import name_the_file, publish_traces
 from .staging import Stage, original_reads, original_role, prepare_data, stage
@@ -218,7 +218,8 @@ class Rounds:
         report.timings["learner"] = [counted_step_s(o, allowance, report.figure, after) for o in learners]
         report.after = {"allowance_s": after, "original_s": [_after_of(o, report.figure) for o in originals],
                         "learner_s": [_after_of(o, report.figure) for o in learners],
-                        "counted_s": [after_excess_s(o, after, report.figure) for o in learners]}
+                        "counted_s": [after_excess_s(o, after, report.figure) for o in learners],
+                        "trace_gap_counted_s": [gap_excess_s(o, after, report.figure) for o in learners]}
         report.first_step = {"allowance_s": allowance, **{
             which: stats.median([float(o.result.get(first_key, 0.0)) for o in runs_of])
             for which, runs_of in (("original_s", originals), ("learner_s", learners))}}

@@ -763,6 +763,7 @@ def _take_trace(outcome: Outcome, trace_dir: str | None) -> None:
         outcome.result = {"kind": "trace", "message": "its trace was changed (or removed) after the profiler "
                           "wrote it, before the checker could read it"}
         return
+    outcome.result["trace_bytes"] = len(raw)  # as the profiler wrote it: what its writing took time for
     try:  # read once: prepared for TensorBoard, then kept for the evidence
         data = parse(gzip.decompress(raw) if path.suffix == ".gz" else raw)
     except (OSError, ValueError, EOFError, RecursionError):

@@ -381,6 +381,13 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
     if ended is not None:
         r["after_s"] = max(0.0, ended - end) if profiled_from is None else \
             max(0.0, profiled_from - end) + max(0.0, ended - profiled_to)
+    # Between the last profiled step and the trace's fingerprint ("Q" to "H") the kit stops the profiler and
+    # writes the trace, for a time that grows with the trace; a file that rebinds the runner's helpers could
+    # also work there, out of its profiled steps. It is counted beyond what the original takes there for a
+    # trace of that size (``measures.after_allowance``).
+    qs, hs = marks.times("Q"), marks.times("H")
+    if qs and hs:
+        r["trace_gap_s"] = max(0.0, hs[0] - qs[-1])
     credit = bool(spec.get("compile_credit"))  # elsewhere compiling is work like any other: nothing left out
     r["compile_s"] = _compiling_s(marks, begin, start, reads) if credit else 0.0
     if {"B", "W", "S", "E"} <= marks.total.keys() or ({"B", "S", "E"} <= marks.total.keys()
@@ -391,6 +398,8 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
         r["cpu_compile_s"] = _compiling_cpu_s(marks, begin, start) if credit else 0.0
         first_cpu = total.get("W", total["S"]) - total["B"]
         r["first_step_cpu_s"] = max(0.0, first_cpu - (_compiling_cpu_s(marks, begin, first_end) if credit else 0.0))
+        if "Q" in total and "H" in total:
+            r["cpu_trace_gap_s"] = max(0.0, total["H"] - total["Q"])
         if marks.final_cpu is not None and not marks.from_proc:  # every process it ever started
             cpu_from, cpu_to = _profiled_span(marks, "total")
             r["cpu_after_s"] = max(0.0, marks.final_cpu - total["E"]) if cpu_from is None else \

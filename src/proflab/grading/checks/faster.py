@@ -102,9 +102,13 @@ def _after_paid(lab: labs.Lab, report: Report, cmp: stats.Comparison) -> list[st
     unit = "CPU seconds" if report.figure == "cpu_time" else "s"
     spent = [s for s in report.after.get("learner_s") or [] if s is not None]
     theirs = [s for s in report.after.get("original_s") or [] if s is not None]
+    gap = [c for c in report.after.get("trace_gap_counted_s") or [] if c]
+    between = (f" (of it, {stats.median(gap):.2f} {unit} between your last profiled step and your trace's writing, "
+               "beyond what the original's took there for a trace of that size)") if gap else ""
     return [f"after the timed steps: your runs went on for {stats.median(spent):.2f} {unit} (the original's "
             f"{stats.median(theirs):.2f}); {stats.median(counted):.2f} {unit} beyond the original's, with a little "
-            "slack, counted as your steps' own. Work moved out of the timed steps is paid for where it went"]
+            f"slack, counted as your steps' own{between}. Work moved out of the timed steps is paid for where it "
+            "went"]
 
 
 def _start_up_paid(lab: labs.Lab, report: Report, cmp: stats.Comparison) -> list[str]:
