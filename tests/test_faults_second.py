@@ -215,7 +215,8 @@ def test_init_ci_says_where_it_writes_and_why_it_cannot(cal, tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     env = {"PROFLAB_ROOT": str(cal.root), "GIT_CEILING_DIRECTORIES": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "proflab", "gate", "--init-ci", "github"], cwd=project,
+    kit = ["--kit", "proflab @ git+https://example.org/proflab.git@v1.0"]
+    done = subprocess.run([sys.executable, "-m", "proflab", "gate", "--init-ci", "github", *kit], cwd=project,
                           env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "not inside a git repository" in done.stderr
@@ -223,7 +224,7 @@ def test_init_ci_says_where_it_writes_and_why_it_cannot(cal, tmp_path):
     other = tmp_path / "other"
     (other / ".github").mkdir(parents=True)
     (other / ".github" / "workflows").write_text("a file where the folder goes")
-    refused = subprocess.run([sys.executable, "-m", "proflab", "gate", "--init-ci", "github"], cwd=other,
+    refused = subprocess.run([sys.executable, "-m", "proflab", "gate", "--init-ci", "github", *kit], cwd=other,
                              env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2, refused.stderr
     said = " ".join(refused.stderr.split())

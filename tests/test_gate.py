@@ -8,6 +8,7 @@ parameter), as a learner's repository would hold one.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -241,6 +242,11 @@ def _commands(kind: str, data: dict) -> list[str]:
     return list(data["proflab-gate"]["script"])
 
 
+def _segments(lines: list[str]) -> list[str]:
+    """Each command of a job's shell lines: split at ``||``, ``&&`` and pipes, braces and semicolons cut."""
+    return [c.strip(" {};") for line in lines for c in re.split(r"\|\||&&|\|", line)]
+
+
 @pytest.mark.parametrize("kind", ["github", "gitlab"])
 def test_init_ci_writes_a_valid_job_that_names_only_commands_that_exist(project, kind):
     import yaml
@@ -249,16 +255,22 @@ def test_init_ci_writes_a_valid_job_that_names_only_commands_that_exist(project,
 
     git(project, "init", "-q", "-b", "main")
     (project / "sub").mkdir()
-    proc = gate(project / "sub", "--init-ci", kind)  # from a subfolder: written where CI reads it, at the top
+    kit = "proflab @ git+https://example.org/proflab.git@v1.0"
+    proc = gate(project / "sub", "--init-ci", kind, "--kit", kit)  # from a subfolder: written at the top
     assert proc.returncode == 0, proc.stderr
     assert not (project / "sub" / ".github").exists() and not (project / "sub" / ".gitlab").exists()
     path = project / (".github/workflows/proflab-gate.yml" if kind == "github" else ".gitlab/proflab-gate.yml")
     data = yaml.safe_load(path.read_text())
     commands = _commands(kind, data)
-    for command in commands:
-        words = shlex.split(command)
-        assert words[0] in ("python", "proflab", "git"), command
-        if words[0] == "proflab":
+    for command in _segments(commands):
+        words = shlex.split(command, comments=True)
+        if not words:
+            continue
+        assert words[0] in ("python", "proflab", "git", "command", "sudo", "apt-get", "echo", "tee", "if", "then",
+                            "fi"), command
+        if words[0] == "proflab" and words[1] == "doctor":
+            assert build_parser().parse_args(words[1:]).command == "doctor"
+        elif words[0] == "proflab":
             args = [w.replace("${{ github.base_ref }}", "main").replace("$CI_MERGE_REQUEST_TARGET_BRANCH_NAME",
                                                                          "main") for w in words[1:]]
             parsed = build_parser().parse_args(args)
@@ -266,7 +278,8 @@ def test_init_ci_writes_a_valid_job_that_names_only_commands_that_exist(project,
         if words[:4] == ["python", "-m", "pip", "install"]:
             assert words[4:], command
     assert any("proflab gate" in c for c in commands)
-    assert any('install "proflab"' in c for c in commands)  # the job installs the kit itself
+    assert any(f'install "{kit}"' in c for c in commands)  # the job installs the kit, from the source given
+    assert any("bubblewrap" in c for c in commands) and any(c.startswith("proflab doctor") for c in commands)
     assert any("-e ." in c for c in commands)  # and the project, which declares a [project]
     if kind == "github":
         on = data.get("on", data.get(True))  # YAML 1.1 reads the key `on` as true
@@ -278,5 +291,5 @@ def test_init_ci_writes_a_valid_job_that_names_only_commands_that_exist(project,
         assert data["proflab-gate"]["artifacts"]["reports"]["junit"] == "proflab-gate.xml"
         assert yaml.safe_load((project / ".gitlab-ci.yml").read_text()) == \
             {"include": [{"local": ".gitlab/proflab-gate.yml"}]}
-    again = gate(project, "--init-ci", kind)  # never overwritten
+    again = gate(project, "--init-ci", kind, "--kit", kit)  # never overwritten
     assert again.returncode == 2 and "exists already" in again.stderr

@@ -202,3 +202,48 @@ def test_a_box_is_emptied_whatever_modes_a_run_left_as_an_ordinary_user(tmp_path
     done = subprocess.run([*as_nobody, wipe], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
     assert done.returncode == 0, done.stderr
     assert list((box / "tmp").iterdir()) == [] and not (box / "run-1").exists()
+
+
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil_which("setpriv"), reason="needs root, to act as another user")
+def test_a_sandboxed_check_runs_as_an_ordinary_user(kit):
+    """A laptop's case: the kit run by its learner, not root. The sandbox then writes as that same user, and
+    no cgroup is the kit's to make unless one is delegated: the check still runs every run sandboxed, grades
+    the reference fix as it does for root, and its record says where each run's CPU was read from. Run here
+    as ``nobody``, with a kit of its own (lab 4's data copied in) that only it owns."""
+    import json
+    import shutil
+    import tempfile
+
+    from conftest import LEAK_MARK, decided, make_kit
+
+    top = Path(tempfile.mkdtemp(prefix="proflab-user-", dir="/tmp"))
+    try:
+        top.chmod(0o755)
+        root = top / "kit"
+        make_kit(root)
+        shutil.copytree(kit.root / "data" / "features", root / "data" / "features")
+        for path in [root, *root.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+        env = {"PATH": os.environ["PATH"], "HOME": str(root), "PROFLAB_ROOT": str(root), "COLUMNS": "200",
+               **{k: os.environ[k] for k in (LEAK_MARK,) if k in os.environ}}
+        as_nobody = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
+
+        def check() -> tuple[int, dict]:
+            proc = subprocess.run([*as_nobody, sys.executable, "-m", "proflab", "check", "4", "--file",
+                                   str(root / "labs" / "04_syncs" / "solution.py"), "--json"],
+                                  cwd=root, env=env, capture_output=True, text=True, timeout=600)
+            assert proc.stdout.strip(), proc.stderr
+            return proc.returncode, json.loads(proc.stdout)
+
+        code, report = decided(check(), check)
+        assert code == 0, explain(report)
+        assert report["sandboxed"] is True, report["sandbox"]
+        assert os.stat(root / "runs").st_uid == NOBODY  # what it wrote, it wrote as itself
+        doctor = subprocess.run([*as_nobody, sys.executable, "-m", "proflab", "doctor"], cwd=root, env=env,
+                                capture_output=True, text=True, timeout=300)
+        assert "CPU" in doctor.stdout, doctor.stdout + doctor.stderr
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

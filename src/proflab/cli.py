@@ -572,8 +572,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--junit", metavar="PATH", help="also write a JUnit XML report to this file")
     sp.add_argument("--init-ci", choices=("github", "gitlab"), help="write a CI job that gates every pull "
                     "request against its base branch, then stop")
-    sp.add_argument("--kit", default="proflab", metavar="REQUIREMENT", help="with --init-ci: how the job installs "
-                    "the kit (a pip requirement, like 'proflab @ git+https://host/proflab.git')")
+    sp.add_argument("--kit", metavar="REQUIREMENT", help="with --init-ci: where the job installs the kit from: "
+                    "'proflab @ git+https://host/proflab.git@COMMIT', or a wheel's path or URL; never a bare name "
+                    "(default: this kit's clone, its origin at the commit checked out)")
     sp.add_argument("--unsandboxed", action="store_true", help="gate even where runs cannot be sandboxed; "
                     "the reports say so")
     device(sp)

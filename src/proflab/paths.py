@@ -23,10 +23,16 @@ def root() -> Path:
     for candidate in (here, *here.parents):
         if _is_root(candidate):
             return candidate
-    source_checkout = Path(__file__).resolve().parents[2]
+    source_checkout = kit_clone()
     if _is_root(source_checkout):
         return source_checkout
     return here
+
+
+def kit_clone() -> Path:
+    """The folder this package was installed from (a clone's top, for an editable install): where the kit's
+    own git history is, whichever project the command runs in."""
+    return Path(__file__).resolve().parents[2]
 
 
 def labs_dir() -> Path:

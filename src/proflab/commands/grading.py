@@ -219,13 +219,19 @@ def cmd_gate(args) -> int:
         except (gate_config.GateConfigError, ValueError):
             trace_dir = gate_config.KEYS["trace_dir"].default
         try:
-            written = gate_ci.write(args.init_ci, top, kit=args.kit, file=args.file, trace_dir=trace_dir)
+            kit, notes = gate_ci.kit_requirement(args.kit, paths.kit_clone())
+        except gate_ci.KitSourceError as e:
+            raise UsageError(str(e)) from None
+        try:
+            written = gate_ci.write(args.init_ci, top, kit=kit, file=args.file, trace_dir=trace_dir)
         except FileExistsError as e:
             raise UsageError(str(e)) from None
         except OSError as e:
             raise UsageError(errors.describe(e, "write")) from None
         for path in written:
-            out.print(f"[green]✓[/] wrote {escape(paths.display(top / path))}")
+            out.print(f"[green]✓[/] wrote {escape(paths.display(top / path))}: it installs {escape(kit)}")
+        for note in notes:
+            err.print(f"[yellow]note:[/] {escape(note)}")
         if args.init_ci == "gitlab" and gate_ci.GITLAB_MAIN not in written:
             out.print(f"Add to {gate_ci.GITLAB_MAIN}: [bold]{escape(gate_ci.GITLAB_INCLUDE.strip())}[/]")
         out.print(f"The job reads the gate's settings from pyproject.toml's {escape('[tool.proflab.gate]')}; run "
