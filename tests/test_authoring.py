@@ -104,6 +104,27 @@ def test_an_edited_original_is_named_with_the_hash_to_set(new_lab, tmp_path):
     assert "set original_sha256 = " in said and "reference not run: fix the checks above first" in said
 
 
+def test_an_error_in_a_run_is_shown_with_its_text_and_line(new_lab):
+    """A reference that raises: validate-lab names the exception's text and the line that raised it, not only
+    "your pipeline raised an error"."""
+    root, number, _ = new_lab
+    solution = root / "labs" / f"{number:02d}_demo" / "solution.py"
+    before = solution.read_text()
+    lines = before.splitlines()
+    at = next(i for i, line in enumerate(lines) if "yield" in line)
+    indent = lines[at][:len(lines[at]) - len(lines[at].lstrip())]
+    try:
+        solution.write_text("\n".join([*lines[:at], f'{indent}raise ValueError("no batch to fold")', *lines[at:]])
+                            + "\n")
+        proc = proflab(root, "validate-lab", str(number), "--quick")
+    finally:
+        solution.write_text(before)
+    said = one_line(proc.stdout)
+    assert proc.returncode == 1, said
+    assert "✗ reference" in said and "ValueError: no batch to fold" in said, said
+    assert f"line {at + 1}" in said and 'raise ValueError("no batch to fold")' in said, said
+
+
 @pytest.mark.parametrize("args, said", [
     (["new-lab", "Demo!"], "'Demo!' is not a lab name"),
     (["new-lab", "dataloader"], "a lab named 'dataloader' exists already"),

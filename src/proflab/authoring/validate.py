@@ -68,8 +68,18 @@ def _verdicts(reports: list[dict]) -> str:
 
 
 def _first_failed(report: dict) -> str:
+    """The first failed check's name and why, with what it measured (a run's error text) and its first detail
+    (the line that raised): what an author needs to fix it without running the check again."""
     failed = [c for c in report.get("checks", []) if c.get("status") == "failed"]
-    return f"{failed[0]['name']}: {failed[0].get('rationale', '')}" if failed else report.get("error", "")
+    if not failed:
+        return report.get("error", "")
+    check = failed[0]
+    said = f"{check['name']}: {check.get('rationale', '')}"
+    actual = str(check.get("actual") or "")
+    if actual and actual not in said:
+        said += f": {actual}"
+    details = [str(d).strip() for d in check.get("details") or [] if str(d).strip()]
+    return said + (f" ({details[0]})" if details else "")
 
 
 def check_manifest(root: Path, number: int) -> tuple[Result, object | None]:
