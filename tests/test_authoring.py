@@ -9,6 +9,7 @@ written, with a line that says what to change.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,6 +124,38 @@ def test_an_error_in_a_run_is_shown_with_its_text_and_line(new_lab):
     assert proc.returncode == 1, said
     assert "✗ reference" in said and "ValueError: no batch to fold" in said, said
     assert f"line {at + 1}" in said and 'raise ValueError("no batch to fold")' in said, said
+
+
+def test_what_validate_runs_is_said_and_its_wait_for_the_machine_shown_apart(new_lab, tmp_path, monkeypatch):
+    """Before it grades, validate-lab says what it will run and why; a turn at the machine held by another
+    check (here a process that holds every slot of a slot folder of the test's own for 6 s) is shown as
+    waiting, apart from the lab's own time."""
+    import textwrap
+    import time
+
+    root, number, _ = new_lab
+    monkeypatch.setenv("PROFLAB_SLOTS", str(tmp_path / "slots"))
+    monkeypatch.setenv("PROFLAB_SLOT_CORES", str(len(os.sched_getaffinity(0))))  # one slot, on any machine
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import time
+        from proflab.running import slots
+        with slots.turn():
+            print("holding", flush=True)
+            time.sleep(6)
+    """)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(root / "src")})
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        started = time.monotonic()
+        proc = proflab(root, "validate-lab", str(number), "--quick")
+    finally:
+        holder.wait(timeout=60)
+    said = one_line(proc.stdout)
+    assert proc.returncode == 0, said
+    assert "It grades, with the checker, as a learner's check is graded" in said
+    assert "the reference fix, 1×: it must pass every time" in said, said
+    waits = [int(w) for w in re.findall(r"(\d+) s of it waiting for other checks", said)]
+    assert waits and waits[0] >= 3 and time.monotonic() - started >= 6, said  # the reference waited its turn
+    assert re.search(r"s in all; \d+ s of it waiting for other checks on this machine", said), said
 
 
 @pytest.mark.parametrize("args, said", [

@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -49,13 +50,48 @@ class Result:
     ok: bool | None  # None: not run (an earlier check failed, or --quick)
     measured: str
     change: str = ""
+    seconds: float = 0.0  # how long it took, waiting for the machine included
+    waited_s: float = 0.0  # of which, waiting for other checks on this machine to end (slots' queue)
+
+
+# Each report's wait for the machine (its ``waited_s``), as the checks of this process make them.
+_waited: list[float] = []
 
 
 def _report(lab, file: Path, label: str, audited: bool = True) -> dict:
     from ..grading import checks
     from ..reporting import report
 
-    return json.loads(report.to_json(checks.check(lab, file, label=label, audited=audited)))
+    made = json.loads(report.to_json(checks.check(lab, file, label=label, audited=audited)))
+    _waited.append(float(made.get("waited_s") or 0.0))
+    return made
+
+
+def _timed(make) -> Result:
+    """``make()``'s result, with how long it took and how much of that was spent waiting for the machine."""
+    start, before = time.perf_counter(), len(_waited)
+    result = make()
+    result.seconds, result.waited_s = time.perf_counter() - start, sum(_waited[before:])
+    return result
+
+
+def plan(root: Path, lab, times: int, quick: bool) -> list[str]:
+    """What the full (or quick) run grades, and why: the checks it makes, in the order it makes them."""
+    if lab.gating is not None:
+        return ["a gate lab: its settings are graded by the gate, as tests/test_lab7_check.py does"]
+    n = 1 if quick else times
+    lines = [f"the reference fix, {n}×: it must pass every time, by more than the checker's resolution",
+             f"the untouched exercise, {n}×: it must fail every time, on its evidence (the bottleneck in its trace)"]
+    if quick:
+        return lines + ["(--quick: no learner files, no tricks, no site build)"]
+    rows = expectations.of_lab(lab.number)
+    lines.append(f"{len(rows)} learner file(s) of tests/learner_files/lab{lab.number}.md: each must get its "
+                 "expected verdict (a sound fix passes, a mistake fails where the table says)")
+    if plain(lab):
+        lines.append(f"{len(TRICKS)} generic tricks, the source audit off: each must fail on what the checker "
+                     "measures")
+    lines.append("the page: the page rules, then the whole site built with mkdocs --strict")
+    return lines
 
 
 def _speedups(reports: list[dict]) -> list[float]:
@@ -309,14 +345,14 @@ def validate(root: Path, number: int, times: int = 2, quick: bool = False) -> It
             yield Result(name, None, "not run: fix the checks above first")
     else:
         with forkserver.session():
-            yield check_reference(lab, 1 if quick else times)
-            yield check_exercise(lab, 1 if quick else times)
+            yield _timed(lambda: check_reference(lab, 1 if quick else times))
+            yield _timed(lambda: check_exercise(lab, 1 if quick else times))
             if quick:
                 yield Result("alternatives", None, "not run (--quick)")
                 yield Result("cheats", None, "not run (--quick)")
             else:
-                yield check_alternatives(lab)
-                yield check_cheats(lab, root / "tests" / "cheats")
-    yield Result("page", None, "not run (--quick)") if quick else check_page(root, lab)
+                yield _timed(lambda: check_alternatives(lab))
+                yield _timed(lambda: check_cheats(lab, root / "tests" / "cheats"))
+    yield Result("page", None, "not run (--quick)") if quick else _timed(lambda: check_page(root, lab))
     yield check_tests(root, lab)
     yield Result("finished", None, "not run (--quick)") if quick else check_finished(root, lab)

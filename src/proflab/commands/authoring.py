@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from rich.markup import escape
 
-from .. import paths
+from .. import labs, paths
 from ..authoring import new_lab, validate
 from .common import UsageError, err, out
 
@@ -47,16 +48,27 @@ def cmd_validate_lab(args) -> int:
     try:
         number = int(args.lab)
     except ValueError:
-        from .. import labs
-
         number = next((lab.number for lab in labs.discover(root / "labs") if lab.name == args.lab), -1)
     out.print(f"[bold]Validating lab {number}[/] [dim](each check grades real runs: minutes, not seconds)[/]")
-    failed = 0
+    failed, started, waited = 0, time.perf_counter(), 0.0
     for result in validate.validate(root, number, times=args.times, quick=args.quick):
-        out.print(f" {MARKS[result.ok]} [bold]{result.name:<12}[/] {escape(result.measured)}")
+        took = ""
+        if result.seconds >= 1:
+            waiting = f", {result.waited_s:.0f} s of it waiting for other checks" if result.waited_s >= 1 else ""
+            took = f" [dim]({result.seconds:.0f} s{waiting})[/]"
+        out.print(f" {MARKS[result.ok]} [bold]{result.name:<12}[/] {escape(result.measured)}{took}")
+        waited += result.waited_s
+        if result.name == "manifest" and result.ok:
+            lab = next(lab for lab in labs.discover(root / "labs") if lab.number == number)
+            out.print("   [dim]It grades, with the checker, as a learner's check is graded:[/]")
+            for line in validate.plan(root, lab, args.times, args.quick):
+                out.print(f"   [dim]· {escape(line)}[/]")
         if result.ok is False:
             failed += 1
             out.print(f"   [red]change:[/] {escape(result.change)}")
+    total = time.perf_counter() - started
+    out.print(f"[dim]{total:.0f} s in all" + (f"; {waited:.0f} s of it waiting for other checks on this machine "
+                                               "(their turn, not this lab's time)" if waited >= 1 else "") + "[/]")
     if failed:
         err.print(f"\n[red]{failed} check(s) failed:[/] change what each says, then run proflab validate-lab "
                   f"{number} again.")
