@@ -175,11 +175,24 @@ def test_without_cgroups_the_kit_says_what_is_not_seen(kit):
     assert "CPU" in out.stdout and "not a child it leaves unreaped" in out.stdout, out.stdout
 
 
+@pytest.fixture
+def open_tmp():
+    """A folder that another user can reach (pytest's own are the running user's alone), removed after."""
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="proflab-user-", dir="/tmp"))
+    top.chmod(0o755)
+    yield top
+    shutil.rmtree(top, ignore_errors=True)
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil_which("setpriv"), reason="needs root, to act as another user")
-def test_a_box_is_emptied_whatever_modes_a_run_left_as_an_ordinary_user(tmp_path):
+def test_a_box_is_emptied_whatever_modes_a_run_left_as_an_ordinary_user(open_tmp):
     """Run as an ordinary user (a laptop: the sandbox writes as the learner's own user), a run can leave
     folders it made unreadable in its box; the next run must find the box empty. Made and emptied here as
     ``nobody``, the sandbox's user outside when the kit runs as root, with no rights but its own."""
+    tmp_path = open_tmp
     box = tmp_path / "box"
     box.mkdir()
     (box / "tmp").mkdir()
@@ -207,43 +220,60 @@ def test_a_box_is_emptied_whatever_modes_a_run_left_as_an_ordinary_user(tmp_path
 NOBODY = 65534
 
 
+@pytest.fixture
+def python_for_anyone():
+    """The interpreter the tests run with, made reachable by another user for the test's length: a folder
+    above it that others cannot pass through (a Python built under root's home, 0700) gets its ``o+x`` bit
+    (passing through, not listing), and its mode back afterwards."""
+    import stat
+
+    changed: list[tuple[Path, int]] = []
+    try:
+        for target in {Path(os.path.realpath(sys.executable)), Path(os.path.realpath(sys.base_prefix)),
+                       Path(os.path.realpath(sys.prefix))}:
+            for folder in reversed(target.parents):
+                mode = stat.S_IMODE(folder.stat().st_mode)
+                if not mode & stat.S_IXOTH:
+                    folder.chmod(mode | stat.S_IXOTH)
+                    changed.append((folder, mode))
+        yield
+    finally:
+        for folder, mode in reversed(changed):
+            folder.chmod(mode)
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil_which("setpriv"), reason="needs root, to act as another user")
-def test_a_sandboxed_check_runs_as_an_ordinary_user(kit):
+def test_a_sandboxed_check_runs_as_an_ordinary_user(kit, open_tmp, python_for_anyone):
     """A laptop's case: the kit run by its learner, not root. The sandbox then writes as that same user, and
     no cgroup is the kit's to make unless one is delegated: the check still runs every run sandboxed, grades
-    the reference fix as it does for root, and its record says where each run's CPU was read from. Run here
-    as ``nobody``, with a kit of its own (lab 4's data copied in) that only it owns."""
+    the reference fix as it does for root, and writes what it writes as that user. Run here as ``nobody``,
+    with a kit of its own (lab 4's data copied in) that only it owns."""
     import json
     import shutil
-    import tempfile
 
     from conftest import LEAK_MARK, decided, make_kit
 
-    top = Path(tempfile.mkdtemp(prefix="proflab-user-", dir="/tmp"))
-    try:
-        top.chmod(0o755)
-        root = top / "kit"
-        make_kit(root)
-        shutil.copytree(kit.root / "data" / "features", root / "data" / "features")
-        for path in [root, *root.rglob("*")]:
-            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
-        env = {"PATH": os.environ["PATH"], "HOME": str(root), "PROFLAB_ROOT": str(root), "COLUMNS": "200",
-               **{k: os.environ[k] for k in (LEAK_MARK,) if k in os.environ}}
-        as_nobody = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
+    root = open_tmp / "kit"
+    make_kit(root)
+    shutil.copytree(kit.root / "data" / "features", root / "data" / "features")
+    for path in [root, *root.rglob("*")]:
+        os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+    env = {"PATH": os.environ["PATH"], "HOME": str(root), "PROFLAB_ROOT": str(root), "COLUMNS": "200",
+           **{k: os.environ[k] for k in (LEAK_MARK, "PYTHONPATH") if k in os.environ}}
+    as_nobody = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
 
-        def check() -> tuple[int, dict]:
-            proc = subprocess.run([*as_nobody, sys.executable, "-m", "proflab", "check", "4", "--file",
-                                   str(root / "labs" / "04_syncs" / "solution.py"), "--json"],
-                                  cwd=root, env=env, capture_output=True, text=True, timeout=600)
-            assert proc.stdout.strip(), proc.stderr
-            return proc.returncode, json.loads(proc.stdout)
+    def check() -> tuple[int, dict]:
+        proc = subprocess.run([*as_nobody, sys.executable, "-m", "proflab", "check", "4", "--file",
+                               str(root / "labs" / "04_syncs" / "solution.py"), "--json"],
+                              cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.stdout.strip(), proc.stderr
+        return proc.returncode, json.loads(proc.stdout)
 
-        code, report = decided(check(), check)
-        assert code == 0, explain(report)
-        assert report["sandboxed"] is True, report["sandbox"]
-        assert os.stat(root / "runs").st_uid == NOBODY  # what it wrote, it wrote as itself
-        doctor = subprocess.run([*as_nobody, sys.executable, "-m", "proflab", "doctor"], cwd=root, env=env,
-                                capture_output=True, text=True, timeout=300)
-        assert "CPU" in doctor.stdout, doctor.stdout + doctor.stderr
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
+    code, report = decided(check(), check)
+    assert code == 0, explain(report)
+    assert report["sandboxed"] is True, report["sandbox"]
+    assert os.stat(root / "runs").st_uid == NOBODY  # what it wrote, it wrote as itself
+    doctor = subprocess.run([*as_nobody, sys.executable, "-m", "proflab", "doctor"], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=300)
+    said = " ".join(doctor.stdout.split())
+    assert "sandboxed by bubblewrap" in said and "CPU read from" in said, doctor.stdout + doctor.stderr

@@ -662,6 +662,12 @@ def _main(argv: list[str] | None = None) -> int:
         _say(err, f"[red]proflab:[/] {escape(str(e))} (the kit's or the machine's failure, not your code's)")
         return KIT_ERROR
     except OSError as e:  # the kit's own files: a read-only folder, a full disk
+        if e.filename and os.path.realpath(str(e.filename)) == os.path.realpath(sys.executable):
+            _say(err, f"[red]proflab:[/] {escape(errors.describe(e, 'run'))}: the Python interpreter the kit runs "
+                      f"with ({escape(os.path.realpath(sys.executable))}), or a folder above it, cannot be reached "
+                      "by this user. Install the kit in a virtual environment made from a Python this user can "
+                      "run; your work is as it was.")
+            return KIT_ERROR
         _say(err, f"[red]proflab:[/] {escape(errors.describe(e, 'write' if e.errno in _WRITING else 'read'))}. "
                   "Check that the kit's folder is writable and the disk not full; your work is as it was.")
         return KIT_ERROR
