@@ -142,10 +142,11 @@ def _own_frame(name: str) -> bool:
     return bool(m) and not any(part in m["file"] for part in _LIBRARY)
 
 
-def code_of(trace: Trace, events: list[Event] | Callable[[], list[Event]], limit: int = 3) -> list[str]:
+def code_of(trace: Trace, events: list[Event] | Callable[[], list[Event]], what: str, limit: int = 3) -> list[str]:
     """Where in the script's own code ``events`` were made, most first: the innermost frame of its own
-    files (not a library's) around each event, from a trace recorded ``with_stack``; [] without one.
-    ``events`` may be a function giving them, called only for a trace that has such frames."""
+    files (not a library's) around each event, with how many of them (``what``: "operators", "reads") it made
+    per step, from a trace recorded ``with_stack``; [] without one. ``events`` may be a function giving them,
+    called only for a trace that has such frames."""
     frames = [e for e in trace.events if e.cat == "python_function" and _own_frame(e.name)]
     if not frames:
         return []
@@ -163,7 +164,7 @@ def code_of(trace: Trace, events: list[Event] | Callable[[], list[Event]], limit
             inner = min(around, key=lambda f: f.dur)
             counts[inner.name] += 1
     n = max(len(trace.steps), 1)
-    return [f"{name} ({count / n:g} per step)" for name, count in counts.most_common(limit)]
+    return [f"{name} ({count / n:g} {what} per step)" for name, count in counts.most_common(limit)]
 
 
 def _ms(part: str, b: breakdown.Breakdown) -> float:
@@ -186,7 +187,7 @@ def _loader(trace: Trace, b: breakdown.Breakdown) -> Finding | None:
     where = f"Trace timeline: {seen} in each ProfilerStep#; Profile › Overview, DataLoader wait"
     loading = [e for e in trace.events if e.name.startswith(DATALOADER_PREFIX)]
     lines = code_of(trace, lambda: trace.within_steps(lambda e: e.cat == "cpu_op" and any(
-        d.pid == e.pid and d.tid == e.tid and d.ts <= e.ts < d.end for d in loading)))
+        d.pid == e.pid and d.tid == e.tid and d.ts <= e.ts < d.end for d in loading)), "operators")
     if lines:
         where += "; in your code: " + "; ".join(lines)
     return Finding("loader", "DataLoader wait", what, where, cure, _ms("DataLoader wait", b), share)
@@ -232,7 +233,7 @@ def _reads(trace: Trace, b: breakdown.Breakdown) -> Finding | None:
             ": each read of a tensor into Python stops the host until the value is ready" +
             (", and the device's queue drains." if trace.on_cuda else
              "; a loop of them is Python work and small operators, one value at a time."))
-    lines = code_of(trace, events)
+    lines = code_of(trace, events, "reads")
     where = "Trace timeline: aten::item / aten::_local_scalar_dense" + (
         " and cudaStreamSynchronize" if trace.on_cuda else "") + " under each ProfilerStep#; Profile › " \
         "Operators, the Calls of aten::item"
@@ -255,7 +256,8 @@ def _python(trace: Trace, b: breakdown.Breakdown) -> Finding | None:
             "own between them.")
     where = ("Trace timeline: the gaps between operators under each ProfilerStep#; Profile › Operators, the "
              f"most called per step ({busiest})")
-    lines = code_of(trace, lambda: trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::")))
+    lines = code_of(trace, lambda: trace.within_steps(lambda e: e.cat == "cpu_op" and e.name.startswith("aten::")),
+                    "operators")
     if lines:
         where += "; in your code: " + "; ".join(lines)
     cure = "One operator over a whole tensor instead of a Python loop over its rows; fuse small operators " \

@@ -124,5 +124,11 @@ def _start_up_paid(lab: labs.Lab, report: Report, cmp: stats.Comparison) -> list
     return [f"start-up: your first step took {first['learner_s']:.2f} s; {first['allowance_s']:.2f} s of it is "
             f"left out (the original's first step, {first['original_s']:.2f} s, with a little slack{startup}); "
             f"the other {excess:.2f} s count, {excess / counted:.0%} of your counted time. Work done before the "
-            "first batch (worker processes started, batches prefetched, data read ahead) is paid for like the "
-            "steps' own"]
+            f"first batch ({_before_the_first_batch(lab)}) is paid for like the steps' own"]
+
+
+def _before_the_first_batch(lab: labs.Lab) -> str:
+    """Examples of set-up work, as the lab's fixes could do it (worker processes only where a lab allows them)."""
+    if lab.workload.background_workers:
+        return "worker processes started, batches prefetched, data read ahead"
+    return "a model traced, rewritten or compiled, data read ahead"
