@@ -378,6 +378,8 @@ SLOW_MODULES = frozenset({
     # real sandboxes, servers and faults, run after run: seconds each
     "test_isolation", "test_faults_second", "test_data_verify", "test_forkserver", "test_adaptive", "test_limits",
     "test_profile_exits", "test_slots",
+    # a wheel built and installed in a fresh environment, then used from a project of its own
+    "test_installed",
 })
 
 

@@ -1,0 +1,100 @@
+"""The kit installed like any tool: a wheel built by the standard front end (``python -m build``), installed
+into a fresh virtual environment outside the checkout, and used from a project of one's own: ``proflab
+profile`` on a script, ``proflab gate`` of two revisions of a small project, and the kit's TensorBoard tabs
+registered by the wheel itself.
+
+The fresh environment takes the kit's dependencies (torch, TensorBoard, ...) from the test's own environment
+through a ``.pth`` line, not from the index: installing torch again takes minutes and gigabytes, and is not
+what is tested. The kit itself comes from the wheel alone (``--no-deps``), and every command runs with the
+fresh environment's own ``proflab``, from folders that are not the checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, explain
+from test_gate import PIPELINE, SETTINGS, git
+
+SCRIPTS = Path(__file__).resolve().parent / "own_scripts"
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """(the fresh environment's ``proflab``, an environment for running it): the wheel built from the
+    checkout and installed there."""
+    where = tmp_path_factory.mktemp("installed")
+    plain = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PROFLAB_ROOT", "VIRTUAL_ENV")}
+    built = run([sys.executable, "-m", "build", "--wheel", "--outdir", str(where / "dist"), str(REPO)], REPO, plain)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    wheels = sorted((where / "dist").glob("proflab-*.whl"))
+    assert len(wheels) == 1, wheels
+    venv = where / "venv"
+    made = run([sys.executable, "-m", "venv", str(venv)], where, plain)
+    assert made.returncode == 0, made.stderr
+    site = Path(run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                    where, plain).stdout.strip())
+    (site / "_proflab_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    done = run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+                str(wheels[0])], where, plain)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return venv / "bin" / "proflab", {**plain, "COLUMNS": "200", "PATH": f"{venv / 'bin'}:{plain['PATH']}"}
+
+
+def test_the_wheel_holds_the_kit_and_registers_its_tensorboard_tabs(installed, tmp_path):
+    proflab, env = installed
+    python = proflab.parent / "python"
+    where = run([str(python), "-c", """
+import importlib.metadata as md, json, proflab
+eps = {ep.name: ep.load().__module__ for ep in md.entry_points(group="tensorboard_plugins")
+       if ep.name.startswith("proflab")}
+mods = {name: __import__(mod, fromlist=["x"]).__file__ for name, mod in eps.items()}
+print(json.dumps({"kit": proflab.__file__, "tabs": mods, "version": md.version("proflab")}))
+"""], tmp_path, env)
+    assert where.returncode == 0, where.stderr
+    found = json.loads(where.stdout)
+    venv = str(proflab.parent.parent)
+    assert found["kit"].startswith(venv) and str(REPO) not in found["kit"], found
+    assert set(found["tabs"]) == {"proflab_timeline", "proflab_profile"}, found
+    assert all(path.startswith(venv) for path in found["tabs"].values()), found
+    static = Path(found["kit"]).parent / "viewing"
+    assert any((static / "timeline_static").iterdir()) and any((static / "dashboard_static").iterdir())
+
+
+def test_profile_runs_a_script_of_ones_own_from_the_installed_kit(installed, tmp_path):
+    proflab, env = installed
+    report = tmp_path / "profile.json"
+    done = run([str(proflab), "profile", "--json", str(report), str(SCRIPTS / "classify.py"), "--decode-in-loop"],
+               tmp_path, env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found = json.loads(report.read_text())
+    assert found["ranks"][0]["findings"][0]["key"] == "loader"
+    assert Path(found["ranks"][0]["trace"]).is_file() and (tmp_path / "runs" / "classify").is_dir()
+
+
+def test_gate_measures_two_revisions_of_a_project_with_the_installed_kit(installed, tmp_path):
+    proflab, env = installed
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(SETTINGS)
+    (project / "pipeline.py").write_text(PIPELINE.format(step_ms=20))
+    git(project, "init", "-q", "-b", "main")
+    git(project, "add", ".")
+    git(project, "commit", "-qm", "fast")
+    (project / "pipeline.py").write_text(PIPELINE.format(step_ms=60))
+    git(project, "commit", "-qam", "slow")
+    done = run([str(proflab), "gate", "--against", "HEAD~1", "--json", "--unsandboxed"], project, env)
+    assert done.stdout.strip(), done.stderr
+    report = json.loads(done.stdout)
+    assert done.returncode == 1 and report["verdict"] == "failed", explain(report)  # 3x slower: a regression
