@@ -379,7 +379,7 @@ SLOW_MODULES = frozenset({
     "test_isolation", "test_faults_second", "test_data_verify", "test_forkserver", "test_adaptive", "test_limits",
     "test_profile_exits", "test_slots",
     # a wheel built and installed in a fresh environment, then used from a project of its own
-    "test_installed",
+    "test_installed", "test_autograder_classroom50",
 })
 
 

@@ -30,6 +30,17 @@ def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def fresh_venv(venv: Path, env: dict[str, str]) -> Path:
+    """A new virtual environment with no kit in it, which finds the test environment's packages (torch,
+    TensorBoard...) through a ``.pth`` line, after its own."""
+    made = run([sys.executable, "-m", "venv", str(venv)], venv.parent, env)
+    assert made.returncode == 0, made.stderr
+    site = Path(run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                    venv.parent, env).stdout.strip())
+    (site / "_proflab_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """(the fresh environment's ``proflab``, an environment for running it): the wheel built from the
@@ -40,12 +51,7 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     wheels = sorted((where / "dist").glob("proflab-*.whl"))
     assert len(wheels) == 1, wheels
-    venv = where / "venv"
-    made = run([sys.executable, "-m", "venv", str(venv)], where, plain)
-    assert made.returncode == 0, made.stderr
-    site = Path(run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                    where, plain).stdout.strip())
-    (site / "_proflab_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    venv = fresh_venv(where / "venv", plain)
     done = run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
                 str(wheels[0])], where, plain)
     assert done.returncode == 0, done.stdout + done.stderr
