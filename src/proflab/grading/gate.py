@@ -423,7 +423,7 @@ def _decide(report: GateReport, regression: Check, lab: labs.Lab) -> None:
             "timed_steps or max_rounds narrow the interval; a quieter runner narrows it most")
         report.verdict = INCONCLUSIVE
     regression.details = (["timed in CPU time: the CPU seconds of every process and thread of each run, read "
-                           "from /proc, which other jobs on the machine barely move (measure = \"cpu_time\")"]
+                           "from /proc, which other jobs on the machine move far less than the clock (measure = \"cpu_time\")"]
                           if report.figure == "cpu_time" else [])
     if report.waited_s >= 1:
         regression.details.append(f"waited {report.waited_s:.0f} s for turns at the machine (other proflab runs "

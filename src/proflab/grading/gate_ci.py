@@ -34,7 +34,7 @@ def _lines(lines: list[str], prefix: str) -> str:
 # the job file says about the settings that hold there.
 RUNNER_ADVICE = """#
 # On a shared runner: a step that is CPU work (your model's operators on the CPU) is best timed in
-# CPU time, which the runner's neighbours barely move: measure = "cpu_time"; keep the clock
+# CPU time, which the runner's neighbours move far less than the clock: measure = "cpu_time"; keep the clock
 # (measure = "wall_time", the default) where waiting is the point (data loading, a device, a peer).
 # To pick max_slowdown: gate the branch against itself here (`proflab gate FILE --baseline FILE`)
 # and read the report's noise (±N%) and interval: a max_slowdown of 1 + 3N (1.10 for a runner's

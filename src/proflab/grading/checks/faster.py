@@ -79,7 +79,7 @@ def how_timed(lab: labs.Lab, report) -> list[str]:
     lines = []
     if report.figure == "cpu_time":
         lines.append("timed in CPU time, the CPU seconds of every process and thread of each run, read by the "
-                     "checker from /proc: " + (lab.timing_why or "other jobs on the machine barely move it"))
+                     "checker from /proc: " + (lab.timing_why or "other jobs on the machine move it far less than the clock"))
     elif lab.timing_why and lab.figure(report.device) == "wall_time":
         lines.append(f"timed by the clock: {lab.timing_why}")
     if report.waited_s >= 1:
