@@ -233,8 +233,10 @@ def read_check(text: str) -> dict[str, str]:
     says = f.get("faster.says", "")
     if m := re.search(r"([\d.]+)× (?:faster than the original\b|the original's (?:speed|CPU time|step time)?)", says):
         f["speedup"] = m.group(1)
-    if m := re.search(r"95% interval ([\d.]+)–([\d.]+)×", says):
+    if m := re.search(r"(?:95% interval|its two rounds) ([\d.]+)–([\d.]+)×", says):
         f["speedup_low"], f["speedup_high"] = m.groups()
+    if m := re.search(r"paired rounds \((.+)\)$", says):  # how the report quotes its uncertainty
+        f["spread"] = m.group(1)
     if m := re.search(r"over (\d+) paired rounds", says):
         f["rounds"] = m.group(1)
     leaner = f.get("leaner.says", "")

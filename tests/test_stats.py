@@ -98,3 +98,17 @@ def test_t_quantiles():
     assert stats.t95(10) == pytest.approx(2.228)
     assert stats.t95(100) == 2.0
     assert stats.t95(0) == math.inf
+
+
+def test_an_interval_is_quoted_from_three_rounds_two_give_their_range():
+    from proflab.measuring.stats import INTERVAL_ROUNDS, uncertainty
+
+    show = lambda low, high: f"{low:.2f}–{high:.2f}×"  # noqa: E731
+    two = stats.compare([1.0, 1.1], [0.5, 0.45])
+    assert INTERVAL_ROUNDS == 3 and two.ci_high / two.ci_low > 2  # t with one degree of freedom: 12.7
+    said = uncertainty(two.rounds, (two.ci_low, two.ci_high), (two.ratio_low, two.ratio_high), show)
+    assert said.startswith("its two rounds 2.00–2.44×: a range") and "interval worth" in said
+    three = stats.compare([1.0, 1.1, 1.05], [0.5, 0.45, 0.5])
+    said = uncertainty(three.rounds, (three.ci_low, three.ci_high), (three.ratio_low, three.ratio_high), show)
+    assert said == f"95% interval {three.ci_low:.2f}–{three.ci_high:.2f}×"
+    assert uncertainty(1, (0.0, float("inf")), (2.0, 2.0), show) == "one round: no interval"

@@ -395,7 +395,8 @@ def _decide(report: GateReport, regression: Check, lab: labs.Lab) -> None:
                 f"{cmp.learner_s * 1000:.1f} ms; median {lat['baseline']['median_ms']:.1f} → "
                 f"{lat['candidate']['median_ms']:.1f} ms, p95 {lat['baseline']['p95_ms']:.1f} → "
                 f"{lat['candidate']['p95_ms']:.1f} ms; noise ±{cmp.noise:.0%})")
-    interval = f"95% interval {low:.2f}–{high:.2f}×" if cmp.rounds > 1 else "one round: no interval"
+    interval = stats.uncertainty(cmp.rounds, (cmp.ci_low, cmp.ci_high), (cmp.ratio_low, cmp.ratio_high),
+                                 lambda lo, hi: f"{1 / hi:.2f}–{1 / lo:.2f}×" if lo > 0 else "unbounded")
     expected = f"at most {limit:g}× the baseline's step time"
     change = f"{1 / slow:.2f}× faster" if slow < 1 else f"{slow:.2f}× slower" if slow > 1 else "as fast"
     decision = cmp.decide(lab.threshold(report.device))
