@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import CHECK_NAMES, LEARNER_FILES, explain, failing, learner_files, statuses
+from proflab import labs
 
 
 def lab3_folder(kit):
@@ -36,7 +37,7 @@ def test_reference_solution_passes(lab3_solution):
     assert report["device"] == "cpu"
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
     cmp = report["comparison"]
-    assert cmp["speedup"] >= report["threshold"] == 1.1
+    assert cmp["speedup"] >= report["threshold"] == labs.resolve("3").threshold("cpu")
     assert cmp["rounds"] >= 2  # the lab's base rounds
 
 

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from conftest import CHECK_NAMES, LEARNER_FILES, failing, statuses, explain
+from proflab import labs
 
 
 def lab4_folder(kit):
@@ -23,7 +24,7 @@ def test_reference_solution_passes(lab4_solution):
     assert code == 0, explain(report)
     assert report["device"] == "cpu"
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
-    assert report["comparison"]["speedup"] >= report["threshold"] == 1.5
+    assert report["comparison"]["speedup"] >= report["threshold"] == labs.resolve("4").threshold("cpu")
 
 
 def test_reference_reads_once_per_log_interval(lab4_solution):

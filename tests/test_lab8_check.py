@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CHECK_NAMES, LEARNER_FILES, Batch, explain, failing, sharing_data, statuses
+from proflab import labs
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
 
@@ -42,7 +43,7 @@ def test_reference_solution_passes(reference_check):
     assert report["device"] == "cpu"
     assert statuses(report) == dict.fromkeys(CHECK_NAMES, "passed")
     cmp = report["comparison"]
-    assert cmp["speedup"] >= report["threshold"] == 1.1
+    assert cmp["speedup"] >= report["threshold"] == labs.resolve("8").threshold("cpu")
     assert cmp["rounds"] >= 2  # the lab's base rounds
 
 
