@@ -233,7 +233,7 @@ def read_check(text: str) -> dict[str, str]:
     says = f.get("faster.says", "")
     if m := re.search(r"([\d.]+)× (?:faster than the original\b|the original's (?:speed|CPU time|step time)?)", says):
         f["speedup"] = m.group(1)
-    if m := re.search(r"(?:95% interval|its two rounds) ([\d.]+)–([\d.]+)×", says):
+    if m := re.search(r"(?:95% interval|rounds) ([\d.]+)–([\d.]+)×", says):
         f["speedup_low"], f["speedup_high"] = m.groups()
     if m := re.search(r"paired rounds \((.+)\)$", says):  # how the report quotes its uncertainty
         f["spread"] = m.group(1)

@@ -12,12 +12,16 @@ command line around a check (its options, its exit code, its terminal report) is
 ``proflab check`` itself, elsewhere.
 
 Run with ``PROFLAB_ROOT`` naming the kit, like the command. Exit status 0 once every report is written.
+With ``PROFLAB_TEST_CHECK_LOG`` naming a file, a line of JSON per check is added to it (the lab, the file,
+its seconds, verdict and rounds): where the suite's time goes, check by check.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 from proflab import cli, labs
@@ -39,13 +43,23 @@ def main(spec_path: str, out_path: str) -> int:
                 if mine is None and n + 1 < len(items):  # two by two: the next file's server imports now
                     mine = staging.ahead(lab, file)
                     ahead = staging.ahead(*items[n + 1][:2])
+                began = time.monotonic()
                 result = checks.check(lab, file, label=cli._label(lab, file), audited=audited, staged=mine)
                 reports.append(json.loads(report.to_json(result)))
+                _log(reports[-1], time.monotonic() - began)
         finally:
             if ahead is not None:
                 ahead.close()
     Path(out_path).write_text(json.dumps(reports), encoding="utf-8")
     return 0
+
+
+def _log(rep: dict, seconds: float) -> None:
+    if log := os.environ.get("PROFLAB_TEST_CHECK_LOG"):
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"lab": rep.get("lab"), "file": Path(rep.get("file") or "?").name,
+                                "seconds": round(seconds, 1), "verdict": rep.get("verdict"),
+                                "rounds": (rep.get("comparison") or {}).get("rounds")}) + "\n")
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ def uncertainty(rounds: int, ci: tuple[float, float], ratios: tuple[float, float
     if rounds >= INTERVAL_ROUNDS:
         return f"95% interval {show(*ci)}"
     if rounds == 2:
-        return f"its two rounds {show(*ratios)}: a range (two rounds give no interval worth quoting)"
+        return f"rounds {show(*ratios)}: too few for an interval"
     return "one round: no interval"
 
 
