@@ -378,16 +378,19 @@ def read_gate(text: str) -> dict[str, str]:
         f["kind"], f["slowdown"], f["limit"] = "regression", m.group(1), m.group(2)
     if m := re.search(r"too noisy to call: ([\d.]+)× over (\d+) rounds", flat):
         f["kind"], f["slowdown"], f["rounds"] = "too noisy to call", m.group(1), m.group(2)
-    if m := re.search(r"over (\d+) paired rounds \(95% interval ([\d.]+)–([\d.]+)×\)", flat):
-        f["rounds"], f["low"], f["high"] = m.groups()
+    if m := re.search(r"over (\d+) paired rounds \(((?:95% interval|rounds) ([\d.]+)–([\d.]+)×[^()]*)\)", flat):
+        f["rounds"], f["spread"], f["low"], f["high"] = m.groups()
     elif m := re.search(r"the 95% interval ([\d.]+)–([\d.]+)× straddles the ([\d.]+)× limit", flat):
         f["low"], f["high"], f["limit"] = m.groups()
     if m := re.search(r"([\d.]+)× the baseline's step time \(mean step", flat):
         f["slowdown"] = m.group(1)
     if m := re.search(r"noise ±(\d+%)", flat):
         f["noise"] = m.group(1)
-    if m := re.search(r"because `([^`]+)` went from ([\d.]+ \S+) to ([\d.]+ \S+) per step", flat):
-        f["cause"], f["cause_before"], f["cause_after"] = m.groups()
+    # why: the part of the step that moved most, then the operator (``gate.describe``), quoted as said
+    if m := re.search(r"because the step's (.+?) went from ([\d.]+ \S+) to ([\d.]+ \S+) per step", flat):
+        f["part"], f["part_before"], f["part_after"] = m.groups()
+    if m := re.search(r"(?:because |; of the operators, )(`[^`]+` (?:went from|is new|is gone)[^()]*\([^)]*\))", flat):
+        f["operator"] = m.group(1)
     for which, pattern in (("unchanged", r"no regression on the unchanged fix: "),
                            ("unchanged", r"your gate could not call the unchanged fix: "),
                            ("unchanged", r"a false alarm: your gate calls the unchanged fix a regression \("),

@@ -1,5 +1,6 @@
-"""The kit installed like any tool: a wheel built by the standard front end (``python -m build``), installed
-into a fresh virtual environment outside the checkout, and used from a project of one's own: ``proflab
+"""The kit installed like any tool: a wheel built by the standard front end (``python -m build``), or a
+pinned git requirement (``proflab @ git+URL@COMMIT``), installed into a fresh virtual environment outside
+the checkout, and used from a project of one's own: ``proflab
 profile`` on a script, ``proflab gate`` of two revisions of a small project, and the kit's TensorBoard tabs
 registered by the wheel itself.
 
@@ -76,6 +77,53 @@ print(json.dumps({"kit": proflab.__file__, "tabs": mods, "version": md.version("
     assert all(path.startswith(venv) for path in found["tabs"].values()), found
     static = Path(found["kit"]).parent / "viewing"
     assert any((static / "timeline_static").iterdir()) and any((static / "dashboard_static").iterdir())
+
+
+@pytest.fixture(scope="module")
+def from_git(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """The kit installed by a pinned git requirement, ``proflab @ git+URL@COMMIT``, as a team's CI job does:
+    here the checkout's own repository, at its last commit."""
+    where = tmp_path_factory.mktemp("from-git")
+    plain = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PROFLAB_ROOT", "VIRTUAL_ENV")}
+    commit = run(["git", "rev-parse", "HEAD"], REPO, plain).stdout.strip()
+    venv = fresh_venv(where / "venv", plain)
+    done = run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--quiet",
+                f"proflab @ git+file://{REPO}@{commit}"], where, plain)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return venv / "bin" / "proflab", {**plain, "COLUMNS": "200", "PATH": f"{venv / 'bin'}:{plain['PATH']}"}
+
+
+def test_a_pinned_git_requirement_installs_the_kit_and_a_ci_job_pins_it_again(from_git, tmp_path):
+    """From the git install: the kit's own package and tabs, ``proflab profile`` on a script, and
+    ``gate --init-ci``, which pins the job to the source pip recorded, refused here only because a
+    ``file://`` URL is a path of this machine that CI cannot reach (exit 2, saying what to pass)."""
+    proflab, env = from_git
+    python = proflab.parent / "python"
+    found = run([str(python), "-c", "import importlib.metadata as md, json, proflab; print(json.dumps("
+                 "[proflab.__file__, sorted(ep.name for ep in md.entry_points(group='tensorboard_plugins') "
+                 "if ep.name.startswith('proflab')), json.loads(md.distribution('proflab').read_text('direct_url.json'))]))"],
+                tmp_path, env)
+    assert found.returncode == 0, found.stderr
+    kit, tabs, direct = json.loads(found.stdout)
+    assert kit.startswith(str(proflab.parent.parent)) and tabs == ["proflab_profile", "proflab_timeline"], found.stdout
+    assert direct["vcs_info"]["commit_id"] == run(["git", "rev-parse", "HEAD"], REPO, env).stdout.strip(), direct
+    report = tmp_path / "profile.json"
+    done = run([str(proflab), "profile", "--json", str(report), str(SCRIPTS / "classify.py"), "--decode-in-loop"],
+               tmp_path, env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads(report.read_text())["ranks"][0]["findings"][0]["key"] == "loader"
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pipeline.py").write_text(PIPELINE.format(step_ms=20))
+    git(project, "init", "-q", "-b", "main")
+    refused = run([str(proflab), "gate", "--init-ci", "github"], project, env)
+    assert refused.returncode == 2 and "a path on this machine" in refused.stderr, refused.stdout + refused.stderr
+    assert not (project / ".github").exists()
+    pinned = "proflab @ git+https://example.org/team/proflab.git@v1.0"
+    made = run([str(proflab), "gate", "--init-ci", "github", "--kit", pinned], project, env)
+    assert made.returncode == 0, made.stdout + made.stderr
+    (job,) = (project / ".github" / "workflows").glob("*.yml")
+    assert f'pip install "{pinned}"' in job.read_text()
 
 
 def test_profile_runs_a_script_of_ones_own_from_the_installed_kit(installed, tmp_path):

@@ -26,7 +26,8 @@ def git(where: Path, *args: str) -> str:
 def clone(tmp_path) -> Path:
     """A kit's clone of one commit, with no origin yet."""
     where = tmp_path / "kit"
-    where.mkdir()
+    (where / "src" / "proflab").mkdir(parents=True)
+    (where / "src" / "proflab" / "__init__.py").write_text("")
     git(where, "init", "-q", "-b", "main")
     (where / "README.md").write_text("kit\n")
     git(where, "add", ".")
@@ -77,7 +78,32 @@ def test_without_an_origin_ci_can_reach_nothing_is_guessed(clone, tmp_path):
     with pytest.raises(gate_ci.KitSourceError, match="a path on this machine"):
         gate_ci.kit_requirement(None, clone)
     with pytest.raises(gate_ci.KitSourceError, match="not a git clone"):
-        gate_ci.kit_requirement(None, tmp_path)
+        gate_ci.kit_requirement(None, tmp_path, {})
+
+
+def test_an_installed_kit_is_pinned_to_where_pip_installed_it_from(tmp_path, clone):
+    """Installed from a git URL or a wheel's (pip's direct_url.json): that source again, at its commit; never
+    the repository around the installed folder (a virtual environment inside a project's clone)."""
+    project = tmp_path / "project"
+    (project / "venv" / "lib").mkdir(parents=True)
+    git(project, "init", "-q", "-b", "main")
+    git(project, "remote", "add", "origin", "https://example.org/team/model.git")
+    (project / "train.py").write_text("")
+    git(project, "add", ".")
+    git(project, "commit", "-qm", "one")
+    inside = project / "venv" / "lib"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    vcs = {"url": "https://tok@example.org/team/proflab.git", "vcs_info": {"vcs": "git", "commit_id": commit}}
+    assert gate_ci.kit_requirement(None, inside, vcs) == \
+        (f"proflab @ git+https://example.org/team/proflab.git@{commit}", [])
+    wheel = {"url": "https://example.org/dist/proflab-0.1-py3-none-any.whl", "archive_info": {}}
+    assert gate_ci.kit_requirement(None, inside, wheel)[0] == f"proflab @ {wheel['url']}"
+    for local in ({"url": f"file://{clone}", "vcs_info": {"vcs": "git", "commit_id": commit}},
+                  {"url": f"file://{clone}", "dir_info": {"editable": True}}):
+        with pytest.raises(gate_ci.KitSourceError, match="a path on this machine"):
+            gate_ci.kit_requirement(None, inside, local)
+    with pytest.raises(gate_ci.KitSourceError, match="recorded no source"):
+        gate_ci.kit_requirement(None, inside, {})
 
 
 def test_init_ci_with_a_bare_name_writes_nothing_and_exits_2(tmp_path):
