@@ -10,6 +10,7 @@ the DataLoader wait grew, whatever operator it holds). AdamW reads each paramete
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -25,15 +26,16 @@ from proflab.measuring.metrics import host_syncs
 from proflab.viewing import dashboard
 
 BATCH = 8
-BLUR = torch.ones(3, 1, 5, 5) / 25.0
+BLUR = torch.ones(3, 1, 9, 9) / 81.0
+MODEL_S = 0.025  # the rest of a training step, as a wait: long enough for two workers to load ahead
 
 
 class Photos(Dataset):
-    """Random 3×96×96 images, blurred one by one as they are loaded (``blur``) or not."""
+    """Random 3×160×160 images, blurred one by one as they are loaded (``blur``) or not."""
 
     def __init__(self, blur: bool):
         self.blur = blur
-        self.images = torch.rand(BATCH * 8, 3, 96, 96, generator=torch.Generator().manual_seed(0))
+        self.images = torch.rand(BATCH * 8, 3, 160, 160, generator=torch.Generator().manual_seed(0))
 
     def __len__(self) -> int:
         return len(self.images)
@@ -41,30 +43,41 @@ class Photos(Dataset):
     def __getitem__(self, i: int):
         x = self.images[i]
         if self.blur:
-            x = F.conv2d(x[None], BLUR, padding=2, groups=3)[0]
+            x = F.conv2d(x[None], BLUR, padding=4, groups=3)[0]
         return x, i % 10
 
 
 def _profile(tmp_path: Path, name: str, *, blur: bool = True, workers: int = 0, adamw: bool = False) -> evidence.Trace:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+    # a small model (the images pooled 4× first): the loader's convolutions are most of the step's work
+    model = nn.Sequential(nn.AvgPool2d(4), nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                           nn.Linear(8, 10))
     optimizer = (torch.optim.AdamW(model.parameters(), foreach=False) if adamw
                  else torch.optim.SGD(model.parameters(), lr=0.1))
     loader = DataLoader(Photos(blur), batch_size=BATCH, num_workers=workers)
     out = tmp_path / name
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread, as the kit's runs: no pool of threads waiting on a busy machine
+    try:
+        _loop(model, optimizer, loader, out)
+    finally:
+        torch.set_num_threads(threads)
+    (found,) = out.glob("*.pt.trace.json*")
+    return evidence.load(found)
+
+
+def _loop(model: nn.Module, optimizer, loader: DataLoader, out: Path) -> None:
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=2, warmup=1, active=3, repeat=1),
                  on_trace_ready=tensorboard_trace_handler(str(out))) as prof:
         for step, (x, y) in enumerate(loader):
             loss = F.cross_entropy(model(x), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            time.sleep(MODEL_S)
             prof.step()
-            if step == 4:
+            if step == 6:
                 break
-    (found,) = out.glob("*.pt.trace.json*")
-    return evidence.load(found)
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +150,25 @@ def test_adamws_own_reads_are_shown_apart_from_the_steps(traces):
     graded = host_syncs.measure(trace)
     assert graded.value == params and graded.details["in_optimizer"] == params, graded
     assert "inside optimizer.step()" in graded.summary
+
+
+def test_a_collectives_backend_ranges_are_not_among_the_steps_operators(tmp_path):
+    """gloo's all_reduce ranges run on gloo's own threads, overlapping the step and each other: the
+    communication is a finding of its own (the time they cover), not an operator of the step (DDP's 24
+    of them once made 106 ms of a 73.5 ms step)."""
+    import torch.distributed as dist
+
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "metrics"))
+    from real_traces import profiled
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        grads = torch.ones(1_000_000)
+        trace = profiled(tmp_path, lambda: [dist.all_reduce(grads) for _ in range(4)])
+    finally:
+        dist.destroy_process_group()
+    assert any(r.name.startswith("gloo:") for r in operators.table(trace)), "no gloo range recorded"
+    named = [name for name, *_ in diagnosis.diagnose(trace).operators]
+    assert "c10d::allreduce_" in named and not any(n.startswith(("gloo:", "nccl")) for n in named), named
