@@ -19,14 +19,22 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# Tests that measure nothing run on two workers (pytest-xdist), a module to a worker; PROFLAB_TEST_WORKERS=0
+# runs them in this process, one after another.
+workers=(-n "${PROFLAB_TEST_WORKERS:-2}" --dist loadfile)
 if [ "${1:-}" = "--quick" ]; then  # the quick tier alone (tests/conftest.py says what is in it)
   shift
-  exec .venv/bin/python -m pytest -m quick "$@"
+  exec .venv/bin/python -m pytest -m quick "${workers[@]}" "$@"
 fi
 if [ $# -gt 0 ]; then
   exec .venv/bin/python -m pytest "$@"
 fi
 # The whole suite: the quick tier first, stopping at its first failure, so a broken change fails in
-# minutes; then every other test.
-.venv/bin/python -m pytest -m quick -x
-exec .venv/bin/python -m pytest -m "not quick"
+# minutes; then the slow tests that measure no speed, on two workers; then those that do, one at a time
+# on a machine left to them (tests/conftest.py, MEASURED_MODULES). Every phase runs; the first failure's
+# status is the suite's.
+.venv/bin/python -m pytest -m quick -x "${workers[@]}"
+status=0
+.venv/bin/python -m pytest -m "not quick and not measured" "${workers[@]}" || status=$?
+.venv/bin/python -m pytest -m "measured" || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+exit "$status"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -302,7 +303,11 @@ def test_gradescope_results_carry_the_points_and_a_speedup_leaderboard(gradescop
     assert "faster than the original" in results["tests"][3]["output"]
     [board] = results["leaderboard"]
     assert board["name"] == "Lab 90 speed-up (×)" and board["order"] == "desc"
-    assert board["value"] == pytest.approx(4.0, rel=0.15)
+    # the speed-up the check measured (steps of 20 ms against 5 ms: near 4× on a quiet machine, less on a busy
+    # one, where the runs' own work weighs more beside the sleeps), as its Faster line says it
+    said = re.search(r"([\d.]+)× faster than the original", results["tests"][3]["output"])
+    assert said and board["value"] == pytest.approx(float(said.group(1)), abs=0.01), (board, said)
+    assert 1.5 < board["value"] < 5.0, board
     assert results["execution_time"] >= 1 and "passed" in results["output"]
 
 
