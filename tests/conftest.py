@@ -389,11 +389,11 @@ SLOW_MODULES = frozenset({
 # corpus's sound alternatives, the gate's improvements, views timed against a budget. tests/run.sh runs them
 # one at a time after the rest of the slow tier, which runs on two workers (pytest -n 2): every other slow test
 # asserts what load does not move (a cheat failing, a fault named, a page served), or a speed-up many times
-# its threshold. The kit's verdicts under load are measured in benchmarks/, not here.
+# its threshold (the autograders' passing submissions are labs 2 and 4's reference fixes, 27x and 2.1x against
+# 3x and 1.5x, timed in CPU time). The kit's verdicts under load are measured in benchmarks/, not here.
 MEASURED_MODULES = frozenset({
-    *(f"test_lab{n}_check" for n in range(10)), "test_trust", "test_gate", "test_own_model_gate",
-    "test_adaptive", "test_evidence_spellings", "test_autograder_gradescope", "test_autograder_classroom50",
-    "test_timeline_speed",
+    *(f"test_lab{n}_check" for n in range(10)), "test_trust_sound", "test_gate", "test_own_model_gate",
+    "test_adaptive", "test_evidence_spellings", "test_timeline_speed",
 })
 
 

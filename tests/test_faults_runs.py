@@ -42,8 +42,10 @@ def start(kit: Kit, *args: str, extra_env: dict | None = None) -> subprocess.Pop
                             stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal)
 
 
-def alive_with(word: str) -> list[str]:
-    """Command lines of live processes that mention ``word``, whatever their session or group."""
+def alive_with(word: str, kit: Path | None = None) -> list[str]:
+    """Command lines of live processes that mention ``word``, whatever their session or group; with ``kit``,
+    only those of that kit's runs (the suite runs other tests' checks beside this one): the process or one
+    of its parents names the kit's folder, or carries it as ``PROFLAB_ROOT``."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -53,14 +55,28 @@ def alive_with(word: str) -> list[str]:
             command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if word in command and state not in "ZX" and int(entry) != os.getpid():
+        if word in command and state not in "ZX" and int(entry) != os.getpid() \
+                and (kit is None or _of_kit(int(entry), kit)):
             found.append(f"{entry}: {command}")
     return found
 
 
-def wait_gone(word: str, within_s: float = 10.0) -> list[str]:
+def _of_kit(pid: int, kit: Path) -> bool:
+    needle = f"PROFLAB_ROOT={kit}".encode()
+    while pid > 1:
+        try:
+            if str(kit).encode() in Path(f"/proc/{pid}/cmdline").read_bytes() \
+                    or needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return True
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
+def wait_gone(word: str, within_s: float = 10.0, kit: Path | None = None) -> list[str]:
     deadline = time.monotonic() + within_s
-    while (left := alive_with(word)) and time.monotonic() < deadline:
+    while (left := alive_with(word, kit)) and time.monotonic() < deadline:
         time.sleep(0.1)
     return left
 
@@ -138,14 +154,15 @@ def test_closing_the_terminal_or_a_second_ctrl_c_leaves_nothing_running(fresh_ki
     path.write_text(HANGS.replace("MARK", mark))
     proc = start(fresh_kit, "check", "2", "--file", str(path), extra_env=NO_AUDIT)
     try:
-        wait_for(lambda: alive_with(mark) or alive_with("proflab.running.runner"), 60, "the runner to start")
+        wait_for(lambda: alive_with(mark) or alive_with("proflab.running.runner", fresh_kit.root), 60,
+                 "the runner to start")
         time.sleep(3)  # it is importing the lab file, or sleeping in its first step
         for sig in signals:
             proc.send_signal(sig)
             time.sleep(0.3)
         proc.wait(timeout=30)
         assert proc.returncode == 130, proc.stderr.read()
-        assert wait_gone("proflab.running.runner") == [] and wait_gone(mark) == []
+        assert wait_gone("proflab.running.runner", kit=fresh_kit.root) == [] and wait_gone(mark) == []
         assert "Traceback" not in proc.stderr.read()
     finally:
         proc.kill()

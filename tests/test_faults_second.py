@@ -326,14 +326,14 @@ def test_nothing_of_a_check_outlives_a_checker_killed_with_sigkill(cal, tmp_path
         args = ["grade", str(folder), "--json-out", str(tmp_path / "g.json")]
     proc = start(cal, *args, env=env)
     try:
-        wait_for(lambda: a_run_started(cal) and alive_with("proflab.running"), 60, "a run")
+        wait_for(lambda: a_run_started(cal) and alive_with("proflab.running", cal.root), 60, "a run")
         time.sleep(2)
         proc.kill()
         proc.wait(timeout=10)
     finally:
         proc.kill()
         proc.wait()
-    assert wait_gone("proflab.running", within_s=10) == [], "the checker's servers or runs outlived it"
+    assert wait_gone("proflab.running", within_s=10, kit=cal.root) == [], "the checker's servers or runs outlived it"
     assert wait_gone(str(cal.root), within_s=5) == []
 
 

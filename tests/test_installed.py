@@ -88,7 +88,7 @@ def from_git(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     commit = run(["git", "rev-parse", "HEAD"], REPO, plain).stdout.strip()
     venv = fresh_venv(where / "venv", plain)
     done = run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--quiet",
-                f"proflab @ git+file://{REPO}@{commit}"], where, plain)
+                f"proflab @ git+file://localhost{REPO}@{commit}"], where, plain)  # a host: older pip wants one
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return venv / "bin" / "proflab", {**plain, "COLUMNS": "200", "PATH": f"{venv / 'bin'}:{plain['PATH']}"}
 

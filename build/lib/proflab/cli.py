@@ -506,8 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
     device(sp)
     sp.set_defaults(func=cmd_grade)
 
-    sp = sub.add_parser("autograder", help="grade a class on Gradescope or GitHub Classroom: write the "
-                        "autograder.zip or the workflow")
+    sp = sub.add_parser("autograder", help="grade a class on Gradescope, Classroom 50 or GitHub Actions: write "
+                        "the autograder.zip, the Classroom 50 autograder or the workflow")
     engines = sp.add_subparsers(dest="engine", metavar="ENGINE", required=True)
     ap = engines.add_parser("gradescope", help="write autograder.zip for a Gradescope programming assignment")
     ap.add_argument("--labs", nargs="+", required=True, metavar="LAB", help="the labs it grades (1 2 3)")
@@ -518,8 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "index)")
     ap.add_argument("--torch-version", metavar="V", help="the torch release setup.sh installs (default: this "
                     "machine's, where the labs' thresholds were set; 'any': pip's choice)")
-    ap = engines.add_parser("classroom", help="write the GitHub Actions workflow a GitHub Classroom assignment "
-                            "runs on every push")
+    ap = engines.add_parser("classroom", help="write the GitHub Actions workflow a learner's repository runs on "
+                            "every push, as feedback (GitHub Classroom is discontinued: see classroom50)")
     ap.add_argument("--labs", nargs="+", required=True, metavar="LAB", help="the labs it checks (1 2 3)")
     ap.add_argument("--kit-url", required=True, metavar="URL", help="the git repository the kit is fetched from "
                     "(https://github.com/ORG/proflab)")
@@ -528,11 +528,30 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default=".github/workflows/proflab.yml", metavar="PATH",
                     help="where to write it (default: .github/workflows/proflab.yml)")
     ap.add_argument("--force", action="store_true", help="write over a workflow that exists")
-    ap = engines.add_parser("run", help="what the bundle's run_autograder runs, in Gradescope's container: "
-                            "grade a submission, write results.json")
+    ap = engines.add_parser("classroom50", help="write the autograder a Classroom 50 assignment runs for each "
+                            "submission (its config repository's CLASSROOM/autograders/SLUG/)")
+    ap.add_argument("--labs", nargs="+", required=True, metavar="LAB", help="the labs it checks (1 2 3)")
+    ap.add_argument("--kit-url", required=True, metavar="URL", help="the git repository the kit is fetched from "
+                    "(https://github.com/ORG/proflab)")
+    ap.add_argument("--kit-ref", metavar="REF", help="the commit or tag it is pinned at (default: this "
+                    "checkout's commit)")
+    ap.add_argument("--slug", default="proflab", help="the assignment's slug, for the steps it prints (default: "
+                    "proflab)")
+    ap.add_argument("--torch-index", default="https://download.pytorch.org/whl/cpu", metavar="URL",
+                    help="where the autograder installs torch from (default: PyTorch's CPU wheels; 'pypi': pip's "
+                         "own index)")
+    ap.add_argument("--out", default="proflab-classroom50", metavar="DIR", help="the folder to write "
+                    "autograder.py, runtime.json and README.md in, none of which may be there already "
+                    "(default: proflab-classroom50)")
+    ap = engines.add_parser("run", help="what an autograder runs for one submission: grade it, write Gradescope's "
+                            "results.json, or Classroom 50's result.json and release-body.md")
     ap.add_argument("--submission", required=True, metavar="DIR", help="the submission's folder")
-    ap.add_argument("--results", required=True, metavar="PATH", help="the results.json to write")
+    ap.add_argument("--results", required=True, metavar="PATH", help="the results.json to write (classroom50: "
+                    "the folder for result.json and release-body.md)")
     ap.add_argument("--metadata", metavar="PATH", help="Gradescope's submission_metadata.json (who submitted)")
+    ap.add_argument("--format", choices=("gradescope", "classroom50"), default="gradescope",
+                    help="whose results to write (default: gradescope)")
+    ap.add_argument("--labs", nargs="+", metavar="LAB", help="classroom50: the labs it grades")
     sp.set_defaults(func=cmd_autograder)
 
     sp = sub.add_parser("gate", help="measure a pipeline against a baseline (a file or a git revision): "

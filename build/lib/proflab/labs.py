@@ -317,7 +317,7 @@ class Lab:
     gating: Gating | None = None  # the exercise is a gate's settings ([gate], lab 7)
     # Which figure a step's time is, per device ([timing]): "wall_time" (the checker's clock; the
     # default) or "cpu_time" (the CPU seconds of every process and thread of the run, read from /proc,
-    # which other jobs on the machine barely move); and why, in a sentence for the report and the page.
+    # which other jobs on the machine move far less than the clock); and why, in a sentence for the report and the page.
     timing: dict[str, str] = field(default_factory=dict)
     timing_why: str = ""
     # Whether time spent in torch.compile's compiling is left out of a version's time ([timing] compile =

@@ -1,4 +1,5 @@
-"""``proflab autograder``: a class graded on Gradescope or GitHub Classroom (``grading.engines``)."""
+"""``proflab autograder``: a class graded on Gradescope or Classroom 50, or feedback from a GitHub Actions workflow
+(``grading.engines``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,34 @@ def _graded(numbers: list[str]) -> list[labs.Lab]:
 
 
 def cmd_autograder(args) -> int:
-    return {"gradescope": _gradescope, "classroom": _classroom, "run": _run}[args.engine](args)
+    return {"gradescope": _gradescope, "classroom": _classroom, "classroom50": _classroom50,
+            "run": _run}[args.engine](args)
+
+
+def _classroom50(args) -> int:
+    from ..grading.engines import classroom, classroom50
+
+    graded = _graded(args.labs)
+    ref = args.kit_ref or classroom.head_commit(paths.root())
+    if not ref:
+        raise UsageError("name the kit's commit or tag the autograder pins (--kit-ref v1.0): this kit is not a git "
+                         "checkout, so its commit cannot be taken")
+    try:
+        made = classroom50.files(graded, args.kit_url, ref, slug=args.slug,
+                                 torch_index="" if args.torch_index == "pypi" else args.torch_index)
+    except classroom.ClassroomError as e:
+        raise UsageError(str(e)) from None
+    folder = outputs.check(args.out, folder=True, option="--out")
+    for name in made:  # all or nothing: a file there already (a script, a setting) is never written over
+        outputs.check(folder / name, exists_ok=False, option="--out")
+    outputs.folder(folder, option="--out")
+    for name, text in made.items():
+        outputs.write_text(folder / name, text, exists_ok=False)
+    out.print(f"Wrote [bold]{escape(paths.display(folder))}[/]: {', '.join(made)}; checks labs "
+              f"{' '.join(str(lab.number) for lab in graded)} for each submission, with the kit pinned at "
+              f"{escape(ref)}. Its README.md says where it goes and the steps, from gh teacher to a graded "
+              "submission.")
+    return 0
 
 
 def _gradescope(args) -> int:
@@ -68,6 +96,16 @@ def _classroom(args) -> int:
 def _run(args) -> int:
     from ..grading.engines import gradescope
 
+    if args.format == "classroom50":
+        import os
+
+        from ..grading.engines import classroom50
+
+        if not args.labs:
+            raise UsageError("--format classroom50 needs --labs: the labs the autograder grades")
+        target = outputs.folder(args.results, option="--results")
+        return classroom50.run(Path(args.submission), target, _graded(args.labs), dict(os.environ),
+                               say=lambda line: err.print(escape(line), soft_wrap=True))
     metadata = Path(args.metadata) if args.metadata and Path(args.metadata).is_file() else None
     outputs.check(args.results, [args.submission, args.metadata], option="--results")
     return gradescope.run(Path(args.submission), Path(args.results), metadata,

@@ -180,7 +180,7 @@ def _communication(rank_traces: list[str]) -> None:
 
 def _host_reads(trace_path: str) -> None:
     """One line under the table for what its first rows may leave out: the host reads per step, those of the
-    training step apart from those inside data loading (the data set's own code)."""
+    training step apart from those inside data loading (the data set's own code) and optimizer.step()."""
     from ..measuring import evidence
 
     try:
@@ -196,6 +196,10 @@ def _host_reads(trace_path: str) -> None:
         out.print(f"[dim]Inside data loading (the DataLoader's __next__: the data set's own code, not a sync of "
                   f"the training step):[/] {reads.in_loading_per_step:g} per step "
                   f"({escape(evidence.counts_text(reads.in_loading))})", soft_wrap=True)
+    if reads.in_optimizer:
+        out.print(f"[dim]Inside optimizer.step() (the optimizer's own: AdamW reads each parameter's step count):[/] "
+                  f"{reads.in_optimizer_per_step:g} per step ({escape(evidence.counts_text(reads.in_optimizer))})",
+                  soft_wrap=True)
 
 
 def _memory_kept(trace_path: str) -> None:

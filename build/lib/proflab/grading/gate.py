@@ -75,7 +75,8 @@ class GateReport(Verdict):
     latency: dict[str, dict[str, float]] = field(default_factory=dict)  # per step, ms: median and p95
     breakdown: dict[str, dict[str, Any]] = field(default_factory=dict)  # where a profiled step's time went
     changes: list[dict[str, Any]] = field(default_factory=list)  # per step, largest move first
-    # The change that explains a slower candidate best (the name whose self time grew most), and a faster one
+    # What explains a slower candidate best (the part of the step that grew most, then the name whose self time
+    # grew most), and a faster one
     because: dict[str, str] = field(default_factory=dict)  # "slower", "faster": in words
     different: str = ""  # values that differ, when they were allowed to
     traces: dict[str, str] = field(default_factory=dict)
@@ -395,7 +396,8 @@ def _decide(report: GateReport, regression: Check, lab: labs.Lab) -> None:
                 f"{cmp.learner_s * 1000:.1f} ms; median {lat['baseline']['median_ms']:.1f} → "
                 f"{lat['candidate']['median_ms']:.1f} ms, p95 {lat['baseline']['p95_ms']:.1f} → "
                 f"{lat['candidate']['p95_ms']:.1f} ms; noise ±{cmp.noise:.0%})")
-    interval = f"95% interval {low:.2f}–{high:.2f}×" if cmp.rounds > 1 else "one round: no interval"
+    interval = stats.uncertainty(cmp.rounds, (cmp.ci_low, cmp.ci_high), (cmp.ratio_low, cmp.ratio_high),
+                                 lambda lo, hi: f"{1 / hi:.2f}–{1 / lo:.2f}×" if lo > 0 else "unbounded")
     expected = f"at most {limit:g}× the baseline's step time"
     change = f"{1 / slow:.2f}× faster" if slow < 1 else f"{slow:.2f}× slower" if slow > 1 else "as fast"
     decision = cmp.decide(lab.threshold(report.device))
@@ -404,6 +406,9 @@ def _decide(report: GateReport, regression: Check, lab: labs.Lab) -> None:
     if decision == stats.PASS:
         kind = "an improvement" if high < 1.0 else "no regression"
         why = f", because {report.because['faster']}" if high < 1.0 and "faster" in report.because else ""
+        if high < 1.0:  # the interval of what it says, the speed-up, not of the step time's ratio
+            interval = stats.uncertainty(cmp.rounds, (cmp.ci_low, cmp.ci_high), (cmp.ratio_low, cmp.ratio_high),
+                                         lambda lo, hi: f"{lo:.2f}–{hi:.2f}× faster")
         regression.passed(f"{kind}: {change} than the baseline over {cmp.rounds} paired rounds ({interval}){why}",
                           expected, measured)
         report.verdict = PASSED
@@ -423,7 +428,7 @@ def _decide(report: GateReport, regression: Check, lab: labs.Lab) -> None:
             "timed_steps or max_rounds narrow the interval; a quieter runner narrows it most")
         report.verdict = INCONCLUSIVE
     regression.details = (["timed in CPU time: the CPU seconds of every process and thread of each run, read "
-                           "from /proc, which other jobs on the machine barely move (measure = \"cpu_time\")"]
+                           "from /proc, which other jobs on the machine move far less than the clock (measure = \"cpu_time\")"]
                           if report.figure == "cpu_time" else [])
     if report.waited_s >= 1:
         regression.details.append(f"waited {report.waited_s:.0f} s for turns at the machine (other proflab runs "
@@ -454,16 +459,36 @@ def _what_changed(report: GateReport, loaded: dict[str, evidence.Trace]) -> list
 
 def _changes(report: GateReport, moved: list[operators.Change], noise: float) -> None:
     """What changed: the moves beyond the noise the rounds measured (twice the larger version's run-to-run
-    variation, of the name's own time), and any name called a different number of times or not at all."""
+    variation, of the name's own time), and any name called a different number of times or not at all.
+    Why a version is slower (or faster) says first where each step's time went that moved most (the
+    DataLoader wait, host reads, CPU operators, Python between them), then the operator that moved most."""
     beyond = [c for c in moved if c.before is None or c.after is None or c.before.calls != c.after.calls
               or abs(c.self_delta_us) > 2 * noise * c.before.self_cpu_us]
     report.changes = [c.as_dict() for c in beyond[:CHANGES_SHOWN]]
-    grown = [c for c in beyond if c.self_delta_us > 0]
-    shrunk = [c for c in beyond if c.self_delta_us < 0]
-    if grown:
-        report.because["slower"] = describe(grown[0])
-    if shrunk:
-        report.because["faster"] = describe(shrunk[0])
+    parts = _part_moves(report, noise)
+    for way, sign in (("slower", 1), ("faster", -1)):
+        ops = [c for c in beyond if c.self_delta_us * sign > 0]
+        part = next((p for p in parts if (p[2] - p[1]) * sign > 0), None)
+        said = []
+        if part:
+            name, was, now = part
+            said.append(f"the step's {breakdown.LABELS[name]} went from {_ms(was * 1000)} to {_ms(now * 1000)} per step")
+        if ops:
+            said.append(("of the operators, " if part else "") + describe(ops[0]))
+        if said:
+            report.because[way] = "; ".join(said)
+
+
+def _part_moves(report: GateReport, noise: float) -> list[tuple[str, float, float]]:
+    """Each part of the step (``breakdown.HOST_PARTS``) that moved beyond the noise, in ms per step before
+    and after, the largest move first: more than two points of the baseline's step
+    (``operators.SHARE_MOVED``) and twice the rounds' noise of its own time."""
+    before, after = report.breakdown.get("baseline"), report.breakdown.get("candidate")
+    if not before or not after:
+        return []
+    moves = [(part, before["host_ms"][part], after["host_ms"][part]) for part in breakdown.HOST_PARTS]
+    moves = [m for m in moves if abs(m[2] - m[1]) > max(operators.SHARE_MOVED * before["step_ms"], 2 * noise * m[1])]
+    return sorted(moves, key=lambda m: -abs(m[2] - m[1]))
 
 
 def _n_calls(n: float) -> str:

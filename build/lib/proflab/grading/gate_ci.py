@@ -34,7 +34,7 @@ def _lines(lines: list[str], prefix: str) -> str:
 # the job file says about the settings that hold there.
 RUNNER_ADVICE = """#
 # On a shared runner: a step that is CPU work (your model's operators on the CPU) is best timed in
-# CPU time, which the runner's neighbours barely move: measure = "cpu_time"; keep the clock
+# CPU time, which the runner's neighbours move far less than the clock: measure = "cpu_time"; keep the clock
 # (measure = "wall_time", the default) where waiting is the point (data loading, a device, a peer).
 # To pick max_slowdown: gate the branch against itself here (`proflab gate FILE --baseline FILE`)
 # and read the report's noise (±N%) and interval: a max_slowdown of 1 + 3N (1.10 for a runner's
@@ -162,14 +162,16 @@ def _public(url: str) -> str:
     return url
 
 
-def kit_requirement(given: str | None, kit_dir: Path) -> tuple[str, list[str]]:
+def kit_requirement(given: str | None, kit_dir: Path, installed: dict | None = None) -> tuple[str, list[str]]:
     """How the job installs the kit, and what to tell the user about it.
 
     ``given`` (``--kit``) is taken when it names a source: a direct reference (``proflab @ URL``), a VCS or
     archive URL, or a wheel or source archive's path; a bare name (``proflab``, ``proflab==1.0``) is refused,
     since the public index may hold anyone's package under it. Without one, the kit installed here is
-    pinned: its clone's ``origin`` at the commit checked out (``kit_dir``, the kit's clone). KitSourceError
-    when neither gives a source CI can reach."""
+    pinned: its clone's ``origin`` at the commit checked out (``kit_dir``, where the package was installed
+    from: a clone of the kit, its ``src/proflab`` there), or, for a kit installed from a git URL or a wheel's,
+    the source pip recorded (``installed``: its ``direct_url.json``, PEP 610; read from the installed
+    distribution when None). KitSourceError when none gives a source CI can reach."""
     if given is not None:
         text = given.strip()
         if not text or BARE.match(text):
@@ -185,9 +187,11 @@ def kit_requirement(given: str | None, kit_dir: Path) -> tuple[str, list[str]]:
             return text, notes
         raise KitSourceError(f"--kit {given!r} is neither a URL, a direct reference (name @ URL) nor a wheel or "
                              f"archive's path; {HOW}")
-    origin, commit = _git(["remote", "get-url", "origin"], kit_dir), _git(["rev-parse", "HEAD"], kit_dir)
+    # Only the kit's own clone: an installed kit's folder may sit inside some other project's repository
+    commit = _git(["rev-parse", "HEAD"], kit_dir) if (kit_dir / "src" / "proflab").is_dir() else ""
     if not commit:
-        raise KitSourceError(f"the kit here ({kit_dir}) is not a git clone, so the job cannot pin it; {HOW}")
+        return _installed_from(installed if installed is not None else _direct_url(), kit_dir)
+    origin = _git(["remote", "get-url", "origin"], kit_dir)
     local = not origin or origin.startswith(("/", ".", "file:")) or Path(origin).exists()
     if local:
         raise KitSourceError(f"the kit's clone has {'no origin' if not origin else f'origin {origin}, a path on this machine'}"
@@ -201,6 +205,35 @@ def kit_requirement(given: str | None, kit_dir: Path) -> tuple[str, list[str]]:
         notes.append(f"the kit's clone has changes not in commit {commit[:12]}: the job installs the commit, "
                      "without them")
     return f"proflab @ git+{url}@{commit}", notes
+
+
+def _direct_url() -> dict:
+    """Where pip installed the kit from (its ``direct_url.json``), or {} (from an index, or not installed)."""
+    import json
+    from importlib import metadata
+
+    try:
+        return json.loads(metadata.distribution("proflab").read_text("direct_url.json") or "{}")
+    except (metadata.PackageNotFoundError, ValueError, OSError):
+        return {}
+
+
+def _installed_from(direct: dict, kit_dir: Path) -> tuple[str, list[str]]:
+    """The requirement that installs again what pip recorded (``direct``): a VCS URL at its commit, or an
+    archive's URL; never a path of this machine, which CI cannot reach."""
+    url = str(direct.get("url") or "")
+    vcs = direct.get("vcs_info") or {}
+    where = f"the kit here ({kit_dir}) is not a git clone"
+    if not url:
+        raise KitSourceError(f"{where}, and pip recorded no source for it, so the job cannot pin it; {HOW}")
+    if url.startswith("file:") or direct.get("dir_info") is not None:
+        raise KitSourceError(f"{where}, and it was installed from {url}, a path on this machine, which CI "
+                             f"cannot reach; {HOW}")
+    if vcs.get("commit_id"):
+        return f"proflab @ {vcs.get('vcs', 'git')}+{_public(url)}@{vcs['commit_id']}", []
+    if "archive_info" in direct:
+        return f"proflab @ {_public(url)}", []
+    raise KitSourceError(f"{where}, and its source {url} names no commit; {HOW}")
 
 
 def install_lines(project: Path, kit: str) -> list[str]:

@@ -50,7 +50,7 @@ def self_times(trace: Trace) -> dict[str, float]:
     column counts it (``operators.table``)."""
     from .operators import table
 
-    return {row.name: row.self_cpu_us for row in table(trace) if row.name.startswith("aten::")}
+    return {row.name: row.self_cpu_us for row in table(trace, loading_apart=False) if row.name.startswith("aten::")}
 
 
 def top_self_cpu(trace: Trace) -> Measured:

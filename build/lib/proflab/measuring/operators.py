@@ -12,7 +12,12 @@ the same table from the trace file it wrote, so that the kit's offline views
   whole time;
 * on CUDA, **Self device**: the kernels, copies and memsets an operator
   launched (linked by the runtime call's ``correlation`` to the operator's
-  ``External id``), as key_averages' Self CUDA column counts them.
+  ``External id``), as key_averages' Self CUDA column counts them;
+* an operator run inside the DataLoader's ``__next__`` (a data set's own
+  convolution, its collate) is the loader's, not the model's: its row is
+  named apart, ``aten::conv2d (in data loading)``, so that neither the table
+  nor a diff counts a data set's work as the model's (key_averages mixes
+  them under one name: ``loading_apart=False`` gives its table).
 
 Times are in µs over all the profiled steps; ``per_step`` divides them.
 """
@@ -23,11 +28,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from .trace import DEVICE_CATEGORIES, Trace
+from .trace import DATALOADER_PREFIX, DEVICE_CATEGORIES, Trace
 from ..running.storage import LOADING_RANGES
 
 HOST_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
 STEP = "ProfilerStep*"
+IN_LOADING = " (in data loading)"  # after the name of an operator run inside the DataLoader's __next__
 
 
 @dataclass(frozen=True)
@@ -47,9 +53,10 @@ def _name(raw_name: str) -> str:
     return STEP if raw_name.startswith("ProfilerStep#") else raw_name
 
 
-def _events(trace: Trace) -> tuple[list[dict], list[tuple[str, int, list[float], float]]]:
-    """The host events inside the profiled steps, and for each (in order): its name, the step it falls
-    in, its self time (a one-item list, filled in as its children are met) and its whole time."""
+def _events(trace: Trace, loading_apart: bool = True) -> tuple[list[dict], list[tuple[str, int, list[float], float]]]:
+    """The host events inside the profiled steps, and for each (in order): its name (``IN_LOADING`` after it
+    inside the DataLoader's ``__next__``, where ``loading_apart``), the step it falls in, its self time (a
+    one-item list, filled in as its children are met) and its whole time."""
     steps = trace.steps
     inside = []
     for e in trace.raw.get("traceEvents", []):
@@ -63,23 +70,26 @@ def _events(trace: Trace) -> tuple[list[dict], list[tuple[str, int, list[float],
                 inside.append((e, at))
     inside.sort(key=lambda x: (str(x[0].get("pid")), str(x[0].get("tid")), float(x[0]["ts"]),
                                -float(x[0].get("dur", 0.0))))
-    stack: list[tuple[tuple[str, str], float, list[float]]] = []  # (thread, end, [its self time])
+    # (thread, end, [its self time], whether it is inside the DataLoader's __next__ or is it)
+    stack: list[tuple[tuple[str, str], float, list[float], bool]] = []
     selves = []
     for e, at in inside:
         thread, ts, dur = (str(e.get("pid")), str(e.get("tid"))), float(e["ts"]), float(e.get("dur", 0.0))
         while stack and (stack[-1][0] != thread or ts >= stack[-1][1]):
             stack.pop()
+        loading = bool(stack) and stack[-1][3]
         if stack:
             stack[-1][2][0] -= dur  # time of a direct child is not its parent's own
         mine = [dur]
-        stack.append((thread, ts + dur, mine))
-        selves.append((_name(e["name"]), at, mine, dur))
+        stack.append((thread, ts + dur, mine, loading or e["name"].startswith(DATALOADER_PREFIX)))
+        selves.append((_name(e["name"]) + (IN_LOADING if loading and loading_apart else ""), at, mine, dur))
     return [e for e, _ in inside], selves
 
 
-def table(trace: Trace, *, per_step: bool = False) -> list[Row]:
-    """The operator table of ``trace``, sorted by self CPU time, largest first."""
-    inside, selves = _events(trace)
+def table(trace: Trace, *, per_step: bool = False, loading_apart: bool = True) -> list[Row]:
+    """The operator table of ``trace``, sorted by self CPU time, largest first; an operator inside data
+    loading under a name of its own (``IN_LOADING``), unless not ``loading_apart``, as key_averages."""
+    inside, selves = _events(trace, loading_apart)
     calls: dict[str, int] = defaultdict(int)
     total: dict[str, float] = defaultdict(float)
     own: dict[str, float] = defaultdict(float)
@@ -87,7 +97,7 @@ def table(trace: Trace, *, per_step: bool = False) -> list[Row]:
         calls[name] += 1
         total[name] += dur
         own[name] += max(0.0, mine[0])
-    device = _device_time(inside, trace.raw.get("traceEvents", []))
+    device = _device_time(inside, [s[0] for s in selves], trace.raw.get("traceEvents", []))
     steps = trace.steps
     n = len(steps) if per_step and steps else 1
     rows = [Row(name, calls[name] / n, own[name] / n, total[name] / n, device.get(name, 0.0) / n) for name in calls]
@@ -104,22 +114,23 @@ def self_per_step(trace: Trace) -> dict[str, list[float]]:
     return found
 
 
-def _device_time(host: list[dict], events: list[dict]) -> dict[str, float]:
+def _device_time(host: list[dict], names: list[str], events: list[dict]) -> dict[str, float]:
     """Device time per host operator: each kernel's time, given to the operator that launched it.
 
-    ``host``: the host events inside the profiled steps, in time order per thread; a kernel counts
-    when a runtime call among them launched it, wherever on the device's timeline it ran.
+    ``host``: the host events inside the profiled steps, in time order per thread, and ``names`` the row
+    each is counted in; a kernel counts when a runtime call among them launched it, wherever on the
+    device's timeline it ran.
     """
     launched_by: dict[Any, Any] = {}  # correlation → External id of the runtime call
     op_of: dict[Any, str] = {}  # External id → the innermost operator with it (the latest to start)
-    for e in host:
+    for e, name in zip(host, names):
         args = e.get("args")
         if not isinstance(args, dict):
             continue
         if e.get("cat") == "cuda_runtime" and "correlation" in args and "External id" in args:
             launched_by[args["correlation"]] = args["External id"]
         elif e.get("cat") == "cpu_op" and args.get("External id") is not None:
-            op_of[args["External id"]] = _name(e["name"])
+            op_of[args["External id"]] = name
     if not launched_by:
         return {}
     times: dict[str, float] = defaultdict(float)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 def median(values: Sequence[float]) -> float:
@@ -89,6 +89,23 @@ class Comparison:
         if self.ci_high < threshold:
             return FAIL
         return UNCLEAR
+
+
+# From how many paired rounds a report quotes the 95% interval: with two, Student's t has one degree of freedom
+# (12.7 times the standard error), and the interval says little more than the two rounds themselves do.
+INTERVAL_ROUNDS = 3
+
+
+def uncertainty(rounds: int, ci: tuple[float, float], ratios: tuple[float, float],
+                show: Callable[[float, float], str]) -> str:
+    """How a report quotes a paired comparison's uncertainty, with ``show(low, high)`` writing a pair of figures:
+    the 95% interval (``ci``) from ``INTERVAL_ROUNDS`` rounds on; from two, the two rounds' own figures
+    (``ratios``), a range; from one, nothing."""
+    if rounds >= INTERVAL_ROUNDS:
+        return f"95% interval {show(*ci)}"
+    if rounds == 2:
+        return f"rounds {show(*ratios)}: too few for an interval"
+    return "one round: no interval"
 
 
 def compare(original: Sequence[float], learner: Sequence[float]) -> Comparison:

@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 # The name of the range the profiler opens around each DataLoader.__next__ of a training loop.
 DATALOADER_PREFIX = "enumerate(DataLoader)#"
+# The range torch records around every optimizer.step() (its hooks run inside it).
+OPTIMIZER_PREFIX = "Optimizer.step#"
 # Trace categories of the work a GPU does: kernels, copies, memsets.
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 

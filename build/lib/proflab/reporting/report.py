@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import paths
+from ..measuring import stats
 from ..grading.verdicts import FAILED, INCONCLUSIVE, PASSED, SKIPPED, Report
 from ..quiet import printable
 
@@ -91,7 +92,8 @@ def to_markdown(report: Report) -> str:
         lines += ["", f"**Peak memory:** {peak_share(report).removeprefix('peak ')} · per round {rounds} MB · {m.get('measured', '')}"]
     elif report.comparison:
         cmp = report.comparison
-        interval = (f"95% interval {cmp['ci_low']:.2f}–{cmp['ci_high']:.2f}× · " if cmp.get("ci_high") else "")
+        interval = (stats.uncertainty(cmp["rounds"], (cmp["ci_low"], cmp["ci_high"]), (cmp["ratio_low"], cmp["ratio_high"]),
+                                      lambda low, high: f"{low:.2f}–{high:.2f}×") + " · " if cmp.get("ci_high") else "")
         lines += ["", f"**Speed-up:** {cmp['speedup']:.2f}× (threshold {report.threshold:g}×) · {interval}"
                   f"rounds {cmp['ratio_low']:.2f}–{cmp['ratio_high']:.2f}× · noise ±{cmp['noise']:.0%} · "
                   f"{cmp['rounds']} paired rounds"]

@@ -160,6 +160,8 @@ def overview(trace: evidence.Trace, reveal: bool = True, own: bool = False) -> d
         # __next__) are counted apart: they are not a sync of the step, and not the learner's to change.
         "host_reads_per_step": reads.in_step_per_step, "host_reads": reads.in_step,
         "loading_reads_per_step": reads.in_loading_per_step, "loading_reads": reads.in_loading,
+        # Reads inside optimizer.step() (AdamW's step counts): the optimizer's own, shown apart.
+        "optimizer_reads_per_step": reads.in_optimizer_per_step, "optimizer_reads": reads.in_optimizer,
         "findings": [{"what": what, "try": cure if reveal else None} for what, cure in findings],
     }
 

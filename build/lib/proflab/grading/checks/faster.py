@@ -35,8 +35,8 @@ def decide(trial: Rounds, check: Check) -> str | None:
     cmp, measured = compared(lab, report)
     threshold = lab.threshold(report.device)
     expected = f"at least {threshold:g}× on {report.device}"
-    interval = (f"95% interval {cmp.ci_low:.2f}–{cmp.ci_high:.2f}×" if cmp.rounds > 1
-                else "one round: no interval")
+    interval = stats.uncertainty(cmp.rounds, (cmp.ci_low, cmp.ci_high), (cmp.ratio_low, cmp.ratio_high),
+                                 lambda low, high: f"{low:.2f}–{high:.2f}×")
     decision = cmp.decide(threshold)
     if decision == stats.PASS:
         check.passed(f"{cmp.speedup:.2f}× faster than the original over {cmp.rounds} paired rounds "
@@ -49,7 +49,8 @@ def decide(trial: Rounds, check: Check) -> str | None:
                  "time budget": f"the lab's {lab.workload.budget_s:g} s time budget"}.get(report.stopped, "")
         check.inconclusive(
             f"inconclusive: too noisy to tell. {cmp.speedup:.2f}× over {cmp.rounds} rounds"
-            f"{f' ({limit})' if limit else ''}, but the {interval} straddles the {threshold:g}× threshold",
+            f"{f' ({limit})' if limit else ''}, but the 95% interval {cmp.ci_low:.2f}–{cmp.ci_high:.2f}× straddles "
+            f"the {threshold:g}× threshold",
             expected, measured,
             "the machine was too busy to trust these timings: close other programs (or wait for other "
             "jobs to finish) and check again; --rounds N starts with more rounds")
@@ -79,7 +80,7 @@ def how_timed(lab: labs.Lab, report) -> list[str]:
     lines = []
     if report.figure == "cpu_time":
         lines.append("timed in CPU time, the CPU seconds of every process and thread of each run, read by the "
-                     "checker from /proc: " + (lab.timing_why or "other jobs on the machine barely move it"))
+                     "checker from /proc: " + (lab.timing_why or "other jobs on the machine move it far less than the clock"))
     elif lab.timing_why and lab.figure(report.device) == "wall_time":
         lines.append(f"timed by the clock: {lab.timing_why}")
     if report.waited_s >= 1:

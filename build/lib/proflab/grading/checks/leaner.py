@@ -71,8 +71,8 @@ def decide(trial: Rounds, check: Check) -> str | None:
     measured = (f"peak {stats.median(original):.0f} MB → {stats.median(learner):.0f} MB "
                 f"(median of {cmp.rounds} unprofiled runs each; per round: {rounds} MB), {ratio:.0%} of the "
                 f"original's; {what}")
-    interval = (f"95% interval {1 / cmp.ci_high:.0%}–{1 / cmp.ci_low:.0%}" if cmp.rounds > 1 and cmp.ci_low > 0
-                else "one round: no interval")
+    interval = stats.uncertainty(cmp.rounds, (cmp.ci_low, cmp.ci_high), (cmp.ratio_low, cmp.ratio_high),
+                                 lambda low, high: f"{1 / high:.0%}–{1 / low:.0%}" if low > 0 else "unbounded")
     if decision == stats.PASS:
         check.passed(f"your version's peak is {ratio:.0%} of the original's over {cmp.rounds} paired rounds "
                      f"({interval})", expected, measured)

@@ -35,8 +35,9 @@ def decide(trial: Rounds, check: Check) -> str | None:
     limit = lab.overhead.get(report.device, lab.overhead["cpu"])
     cost = 1.0 / cmp.speedup - 1.0 if cmp.speedup else float("inf")
     measured = measured.replace(f"{cmp.speedup:.2f}× (", f"{cost:+.0%}, {cmp.speedup:.2f}× the speed (", 1)
-    interval = (f"95% interval {1 / cmp.ci_high - 1:+.1%} to {1 / cmp.ci_low - 1:+.1%}"
-                if cmp.rounds > 1 and cmp.ci_low > 0 else "one round: no interval")
+    interval = stats.uncertainty(cmp.rounds, (cmp.ci_low, cmp.ci_high), (cmp.ratio_low, cmp.ratio_high),
+                                 lambda low, high: f"{1 / high - 1:+.1%} to {1 / low - 1:+.1%}" if low > 0
+                                 else "unbounded")
     expected = f"at most {limit:+.0%} on {report.device}"
     if decision == stats.PASS:
         check.passed(f"your profiler costs {cost:+.0%} over the unprofiled original, over {cmp.rounds} paired "

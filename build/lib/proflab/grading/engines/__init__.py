@@ -1,4 +1,5 @@
-"""Where a class is graded on the engines instructors already use: Gradescope and GitHub Classroom.
+"""Where a class is graded on the engines instructors already use: Gradescope and Classroom 50 (and a plain
+GitHub Actions workflow in a learner's own repository, as feedback).
 
 * ``gradescope``: ``proflab autograder gradescope`` writes the autograder.zip an
   instructor uploads (its ``setup.sh``, ``run_autograder`` and README, and the

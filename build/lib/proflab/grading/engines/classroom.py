@@ -1,4 +1,5 @@
-"""GitHub Classroom: the workflow a learner's repository runs on every push, and the instructor's steps.
+"""A learner's own repository: the GitHub Actions workflow it runs on every push, as feedback (it served GitHub
+Classroom, discontinued on 2026-08-28; Classroom 50, its successor, is ``classroom50``), and the instructor's steps.
 
 The assignment's template repository is a copy of the kit; each learner
 works in ``labs/<lab>/exercise.py`` of their own. The workflow
@@ -157,7 +158,8 @@ def instructor_steps(kit_url: str, kit_ref: str, written: Path) -> list[str]:
         "and push it.",
         f"The workflow grades with the kit at {kit_url} @ {kit_ref}: that commit must be reachable there "
         "(push it, or make the bundle again with --kit-ref naming a tag that is).",
-        "In GitHub Classroom, create the assignment from that template repository; each learner's copy runs "
+        "Each learner's repository made from that template (GitHub Classroom is discontinued: for a classroom, "
+        "use `proflab autograder classroom50`) runs "
         "the workflow on every push (Actions tab: the job's summary holds the results; the artifact "
         "'proflab-results' the JUnit file and the JSON record).",
         "To gather the class: download each repository's 'proflab-results' artifact, then "

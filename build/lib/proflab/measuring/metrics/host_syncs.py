@@ -19,8 +19,10 @@ CUDA waits for the device as ``.item()`` does: a read spelled as a shape
 is still a read.
 
 Every read counts, wherever in the step it is made (a read moved into a data
-set's code is still made once per step); ``details["in_data_loading"]`` says
-how many were inside data loading. The value is in reads per step, averaged
+set's code, or into an optimizer's ``step``, is still made once per step);
+``details["in_data_loading"]`` and ``details["in_optimizer"]`` say how many
+were inside data loading and inside ``optimizer.step()`` (AdamW reads each
+parameter's step count with ``.item()`` unless ``capturable=True``). The value is in reads per step, averaged
 over the profiled steps. ``host_reads`` gives the same reads apart, for the
 grading summary, the Overview and ``proflab run``.
 
@@ -32,9 +34,9 @@ Seen in TensorBoard: Profile › Overview, host reads per step; Trace timeline,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..trace import DATALOADER_PREFIX, Event, Measure, Trace, aten_ops, outermost
+from ..trace import DATALOADER_PREFIX, OPTIMIZER_PREFIX, Event, Measure, Trace, aten_ops, outermost
 
 NAME = "host_syncs"
 UNIT = "per step"
@@ -68,12 +70,14 @@ SIZE_READS = {
 @dataclass(frozen=True)
 class HostReads:
     """Host reads per step by what made them (``.item()``, ``cudaStreamSynchronize``…), apart: those of the
-    training step, and those inside data loading (a DataLoader's ``__next__``: the data set's own code,
-    its collate), which the step's code did not make and which, on CPU, wait for no device."""
+    training step's own code; those inside data loading (a DataLoader's ``__next__``: the data set's own
+    code, its collate), which the step's code did not make and which, on CPU, wait for no device; and those
+    inside ``optimizer.step()`` (``Optimizer.step#…``: the optimizer's own, AdamW's step counts)."""
 
     in_step: dict[str, float]
     in_loading: dict[str, float]
     copies_per_step: float  # device-to-host copies (CUDA)
+    in_optimizer: dict[str, float] = field(default_factory=dict)
 
     @property
     def in_step_per_step(self) -> float:
@@ -82,6 +86,10 @@ class HostReads:
     @property
     def in_loading_per_step(self) -> float:
         return round(sum(self.in_loading.values()), 2)
+
+    @property
+    def in_optimizer_per_step(self) -> float:
+        return round(sum(self.in_optimizer.values()), 2)
 
 
 def counts_text(by_name: dict[str, float]) -> str:
@@ -104,31 +112,35 @@ def host_reads(trace: Trace) -> HostReads:
         found += outermost([e for e in aten if e.name in SIZE_READS])
         reads = [(e, HOST_READS.get(e.name) or SIZE_READS[e.name]) for e in found]
         copies = 0
-    loading: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    ranges: dict[str, dict[tuple[str, str], list[tuple[float, float]]]] = {"loading": {}, "optimizer": {}}
     for e in trace.events:
-        if e.name.startswith(DATALOADER_PREFIX):
-            loading.setdefault((str(e.pid), str(e.tid)), []).append((e.ts, e.end))
-    in_step: dict[str, int] = {}
-    in_loading: dict[str, int] = {}
+        if e.name.startswith((DATALOADER_PREFIX, OPTIMIZER_PREFIX)):
+            kind = "loading" if e.name.startswith(DATALOADER_PREFIX) else "optimizer"
+            ranges[kind].setdefault((str(e.pid), str(e.tid)), []).append((e.ts, e.end))
+    counts: dict[str, dict[str, int]] = {"step": {}, "loading": {}, "optimizer": {}}
     for e, what in reads:
-        inside = any(start <= e.ts < end for start, end in loading.get((str(e.pid), str(e.tid)), ()))
-        counts = in_loading if inside else in_step
-        counts[what] = counts.get(what, 0) + 1
-    return HostReads({k: v / n for k, v in in_step.items()}, {k: v / n for k, v in in_loading.items()}, copies / n)
+        where = next((kind for kind, found in ranges.items()
+                      if any(start <= e.ts < end for start, end in found.get((str(e.pid), str(e.tid)), ()))), "step")
+        counts[where][what] = counts[where].get(what, 0) + 1
+    per_step = {kind: {k: v / n for k, v in found.items()} for kind, found in counts.items()}
+    return HostReads(per_step["step"], per_step["loading"], copies / n, per_step["optimizer"])
 
 
 def measure(trace: Trace) -> Measure:
     reads = host_reads(trace)
     by_name = dict(reads.in_step)
-    for name, count in reads.in_loading.items():
+    for name, count in [*reads.in_loading.items(), *reads.in_optimizer.items()]:
         by_name[name] = by_name.get(name, 0) + count
     per_step = sum(by_name.values())
     summary = f"{per_step:.2g} round trips per step ({counts_text(by_name) or 'none'})"
     if reads.in_loading:
         summary += f", {reads.in_loading_per_step:g} of them inside data loading"
+    if reads.in_optimizer:
+        summary += f", {reads.in_optimizer_per_step:g} of them inside optimizer.step()"
     if trace.on_cuda:
         summary += f"; {reads.copies_per_step:.2g} device-to-host copies per step"
     return Measure(value=round(per_step, 2), unit=UNIT, summary=summary,
                    details={"round_trips_per_step": per_step, "dtoh_copies_per_step": reads.copies_per_step,
                             "steps": float(len(trace.steps)), "in_data_loading": reads.in_loading_per_step,
+                            "in_optimizer": reads.in_optimizer_per_step,
                             **by_name})
