@@ -226,6 +226,19 @@ def make_kit(root: Path) -> Kit:
     return Kit(root)
 
 
+
+def copy_of_checkout(where: Path) -> Path:
+    """This checkout's kit as it is now (tracked files, and new ones git does not ignore), copied into
+    ``where``, for a test that makes a repository of the instructor's kit from it."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file() and not source.is_symlink():
+            (where / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, where / name)
+    return where
+
 @pytest.fixture(scope="session")
 def kit(tmp_path_factory) -> Kit:
     """One kit for the whole session; data is generated once, here."""

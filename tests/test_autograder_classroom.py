@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -26,6 +25,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from conftest import copy_of_checkout
 
 from proflab.running import sandbox
 
@@ -46,13 +47,7 @@ def kit_repo(tmp_path_factory) -> tuple[Path, str]:
     """The instructor's kit: this checkout's files (tracked, and new ones git does not ignore), committed."""
     where = tmp_path_factory.mktemp("kit-origin")
     git("init", "-q", "-b", "main", str(where), cwd=where)
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
-                            capture_output=True).stdout.decode().split("\0")
-    for rel in filter(None, listed):
-        src = REPO / rel
-        if src.is_file() and not src.is_symlink():
-            (where / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, where / rel)
+    copy_of_checkout(where)
     git("add", "-A", cwd=where)
     git("commit", "-q", "-m", "the kit", cwd=where)
     return where, git("rev-parse", "HEAD", cwd=where)

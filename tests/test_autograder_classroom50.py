@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, copy_of_checkout
 from proflab.running import sandbox
 
 LABS = REPO / "labs"
@@ -84,13 +84,7 @@ def test_the_autograder_folder_holds_to_classroom50s_layout(tmp_path):
 
 def _kit_repository(where: Path) -> tuple[Path, str]:
     """A git repository of this checkout's kit as it is now (tracked files and new ones git does not ignore)."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
-                            capture_output=True).stdout.decode().split("\0")
-    for name in filter(None, listed):
-        source = REPO / name
-        if source.is_file() and not source.is_symlink():
-            (where / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, where / name)
+    copy_of_checkout(where)
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t", "PATH": os.environ["PATH"], "HOME": str(where)}
     for argv in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "kit"]):

@@ -520,21 +520,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "machine's, where the labs' thresholds were set; 'any': pip's choice)")
     ap = engines.add_parser("classroom", help="write the GitHub Actions workflow a learner's repository runs on "
                             "every push, as feedback (GitHub Classroom is discontinued: see classroom50)")
-    ap.add_argument("--labs", nargs="+", required=True, metavar="LAB", help="the labs it checks (1 2 3)")
-    ap.add_argument("--kit-url", required=True, metavar="URL", help="the git repository the kit is fetched from "
-                    "(https://github.com/ORG/proflab)")
-    ap.add_argument("--kit-ref", metavar="REF", help="the commit or tag it is pinned at (default: this "
-                    "checkout's commit)")
+    _pinned_kit(ap)
     ap.add_argument("--out", default=".github/workflows/proflab.yml", metavar="PATH",
                     help="where to write it (default: .github/workflows/proflab.yml)")
     ap.add_argument("--force", action="store_true", help="write over a workflow that exists")
     ap = engines.add_parser("classroom50", help="write the autograder a Classroom 50 assignment runs for each "
                             "submission (its config repository's CLASSROOM/autograders/SLUG/)")
-    ap.add_argument("--labs", nargs="+", required=True, metavar="LAB", help="the labs it checks (1 2 3)")
-    ap.add_argument("--kit-url", required=True, metavar="URL", help="the git repository the kit is fetched from "
-                    "(https://github.com/ORG/proflab)")
-    ap.add_argument("--kit-ref", metavar="REF", help="the commit or tag it is pinned at (default: this "
-                    "checkout's commit)")
+    _pinned_kit(ap)
     ap.add_argument("--slug", default="proflab", help="the assignment's slug, for the steps it prints (default: "
                     "proflab)")
     ap.add_argument("--torch-index", default="https://download.pytorch.org/whl/cpu", metavar="URL",
@@ -631,6 +623,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def _pinned_kit(ap: argparse.ArgumentParser) -> None:
+    """The options of a bundle that fetches the kit from its repository, pinned, and checks some labs."""
+    ap.add_argument("--labs", nargs="+", required=True, metavar="LAB", help="the labs it checks (1 2 3)")
+    ap.add_argument("--kit-url", required=True, metavar="URL", help="the git repository the kit is fetched from "
+                    "(https://github.com/ORG/proflab)")
+    ap.add_argument("--kit-ref", metavar="REF", help="the commit or tag it is pinned at (default: this "
+                    "checkout's commit)")
 
 
 def main(argv: list[str] | None = None) -> int:
