@@ -76,6 +76,12 @@ def test_a_window_of_sleeps_marked_by_the_file_cannot_pay_on_the_clock(batch):
     the original's loading after it. The time after the window counts."""
     code, report = report_of(batch, "lab1_forged_window.py")
     assert code in (1, 4), explain(report)
+    if statuses(report)["same_results"] == "failed":
+        # caught before any timing counts: its profiled steps (the loading, recorded) took many times its
+        # "timed" steps (the sleeps), which happens when the machine slows the loading enough
+        check = next(c for c in report["checks"] if c["name"] == "same_results")
+        assert "a profiled step spent" in check["rationale"], explain(report)
+        return
     assert statuses(report)["faster"] in ("failed", "inconclusive"), explain(report)
     assert min(report["after"]["counted_s"]) > 1.0, explain(report)  # seconds of loading, not noise
 

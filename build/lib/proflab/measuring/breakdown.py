@@ -1,0 +1,123 @@
+"""Where the time of a step went, read from a trace: the kit's own Overview.
+
+The profiler plugin's Overview needs the internet to draw its charts; this
+breakdown is what the kit shows instead (as a TensorBoard image and in the
+text report). Host time inside each ``ProfilerStep#`` is split into parts
+that never overlap, taken in this order:
+
+    DataLoader wait   inside ``enumerate(DataLoader)#…__next__``
+    syncs             the host waiting on the device or reading a value back:
+                      ``cuda*Synchronize`` and ``aten::_local_scalar_dense``
+                      (what ``.item()`` runs)
+    CPU ops           any other recorded operator or ``record_function`` range
+    other             the rest: Python between operators, the profiler's own work
+
+Device time (kernels, copies, memsets on the GPU) runs alongside the host and
+is reported beside the host parts, as the device's busy time per step; so is
+communication between the ranks of a distributed job (``comm_ms``): the time
+covered by collectives as their backend runs them (``gloo:all_reduce`` ranges
+on gloo's threads, ``nccl…`` kernels on the device), which overlaps the
+backward pass it serves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .trace import DATALOADER_PREFIX, DEVICE_CATEGORIES, Event, Trace
+
+HOST_PARTS = ("DataLoader wait", "syncs", "CPU ops", "other")
+# What each part is called where a learner reads it (the report, its charts, the Profile tab).
+LABELS = {"DataLoader wait": "DataLoader wait", "syncs": "host reads and syncs", "CPU ops": "CPU operators",
+          "other": "Python between operators"}
+SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+              "aten::_local_scalar_dense")
+# Python's own frames (a trace recorded with_stack) are not operators: the time inside them that no operator
+# covers is Python between operators, as it is in a trace without them.
+HOST_OP_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime")
+
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    step_ms: float
+    host_ms: dict[str, float]  # HOST_PARTS, summing to step_ms
+    device_busy_ms: float
+    steps: int
+    comm_ms: float = 0.0  # per step, time covered by collectives (a distributed job's ranks talking)
+
+    def share(self, part: str) -> float:
+        return self.host_ms[part] / self.step_ms if self.step_ms else 0.0
+
+
+def _merge(intervals: list[Interval]) -> list[Interval]:
+    merged: list[Interval] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _length(intervals: list[Interval]) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def _subtract(intervals: list[Interval], taken: list[Interval]) -> list[Interval]:
+    """``intervals`` minus ``taken`` (both merged and sorted)."""
+    out: list[Interval] = []
+    for start, end in intervals:
+        cursor = start
+        for t_start, t_end in taken:
+            if t_end <= cursor or t_start >= end:
+                continue
+            if t_start > cursor:
+                out.append((cursor, t_start))
+            cursor = max(cursor, t_end)
+        if cursor < end:
+            out.append((cursor, end))
+    return out
+
+
+def _clip(events: list[Event], step: Event) -> list[Interval]:
+    return _merge([(max(e.ts, step.ts), min(e.end, step.end)) for e in events if e.ts < step.end and e.end > step.ts])
+
+
+def of(trace: Trace) -> Breakdown:
+    steps = trace.steps
+    dataloader = [e for e in trace.events if e.name.startswith(DATALOADER_PREFIX)]
+    syncs = [e for e in trace.events if e.name in SYNC_NAMES]
+    ops = [e for e in trace.events if e.cat in HOST_OP_CATEGORIES and not e.name.startswith("ProfilerStep#")
+           and not e.name.startswith(DATALOADER_PREFIX) and e.name not in SYNC_NAMES]
+    device = _merge([(e.ts, e.end) for e in trace.events if e.cat in DEVICE_CATEGORIES])
+    comm = [e for e in trace.events if _is_collective(e)]
+
+    totals = dict.fromkeys(HOST_PARTS, 0.0)
+    talking = 0.0
+    for step in steps:
+        talking += _length(_clip(comm, step))
+        taken: list[Interval] = []
+        for part, events in (("DataLoader wait", dataloader), ("syncs", syncs), ("CPU ops", ops)):
+            mine = _subtract(_clip(events, step), taken)
+            totals[part] += _length(mine)
+            taken = _merge(taken + mine)
+        totals["other"] += step.dur - _length(taken)
+    n = len(steps)
+    return Breakdown(
+        step_ms=sum(s.dur for s in steps) / n / 1000.0,
+        host_ms={part: value / n / 1000.0 for part, value in totals.items()},
+        device_busy_ms=_length(device) / n / 1000.0,
+        steps=n,
+        comm_ms=talking / n / 1000.0,
+    )
+
+
+# How a collective shows in a trace as its backend runs it: gloo's ranges on its own threads, NCCL's kernels.
+COLLECTIVE_PREFIXES = ("gloo:", "nccl:")
+
+
+def _is_collective(e: Event) -> bool:
+    return (e.cat in ("user_annotation", "cpu_op") and e.name.startswith(COLLECTIVE_PREFIXES)) or \
+        (e.cat == "kernel" and e.name.startswith("nccl"))

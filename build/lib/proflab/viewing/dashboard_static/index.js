@@ -1,0 +1,3 @@
+export async function render() {
+  document.location.href = 'index.html';
+}
