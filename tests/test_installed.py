@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, explain
+from conftest import REPO, copy_of_checkout, explain
 from test_gate import PIPELINE, SETTINGS, git
 
 SCRIPTS = Path(__file__).resolve().parent / "own_scripts"
@@ -48,7 +48,9 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     checkout and installed there."""
     where = tmp_path_factory.mktemp("installed")
     plain = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PROFLAB_ROOT", "VIRTUAL_ENV")}
-    built = run([sys.executable, "-m", "build", "--wheel", "--outdir", str(where / "dist"), str(REPO)], REPO, plain)
+    # from a copy: setuptools writes build/ and an egg-info beside the sources, which are the checkout's
+    source = copy_of_checkout(where / "source")
+    built = run([sys.executable, "-m", "build", "--wheel", "--outdir", str(where / "dist"), str(source)], source, plain)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     wheels = sorted((where / "dist").glob("proflab-*.whl"))
     assert len(wheels) == 1, wheels

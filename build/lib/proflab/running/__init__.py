@@ -1,1 +1,0 @@
-"""Where a lab file is run: a fresh process per run (forked from a server that imported torch once), its tree followed and stopped, its steps stamped from outside, and the storage it reads served by the checker."""

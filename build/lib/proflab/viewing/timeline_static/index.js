@@ -1,3 +1,0 @@
-export async function render() {
-  document.location.href = 'index.html';
-}
