@@ -24,8 +24,8 @@ from typing import Callable
 from . import breakdown
 from .memory import growth
 from .metrics.allreduce_traffic import ALLREDUCE_OPS, allreduce_calls
-from .metrics.host_syncs import HostReads, counts_text, host_reads
-from .trace import DATALOADER_PREFIX, OPTIMIZER_PREFIX, Event, Trace, TraceError, aten_ops
+from .metrics.host_syncs import HostReads, counts_text, host_reads, placement
+from .trace import DATALOADER_PREFIX, Event, Trace, TraceError, aten_ops
 
 # --- the Overview's findings (the Profile tab, for a lab's runs and any other) ----------------------------
 
@@ -192,19 +192,12 @@ def _loader(trace: Trace, b: breakdown.Breakdown) -> Finding | None:
     return Finding("loader", "DataLoader wait", what, where, cure, _ms("DataLoader wait", b), share)
 
 
-def _inside(e: Event, ranges: dict[tuple, list[Event]]) -> bool:
-    return any(r.ts <= e.ts < r.end for r in ranges.get((e.pid, e.tid), ()))
-
-
 def own_reads(trace: Trace) -> list[Event]:
     """The host reads the script's step makes (``READ_EVENTS``, one per read), those the libraries make for
     themselves left out: an optimizer reading its step counts (AdamW's ``.item()`` per parameter, inside
     ``Optimizer.step#…``) and a data set's code inside the DataLoader's ``__next__``."""
-    ranges: dict[tuple, list[Event]] = {}
-    for e in trace.events:
-        if e.name.startswith((OPTIMIZER_PREFIX, DATALOADER_PREFIX)):
-            ranges.setdefault((e.pid, e.tid), []).append(e)
-    return [e for e in trace.within_steps(lambda e: e.name in READ_EVENTS) if not _inside(e, ranges)]
+    where = placement(trace)
+    return [e for e in trace.within_steps(lambda e: e.name in READ_EVENTS) if where(e) == "step"]
 
 
 def _reads(trace: Trace, b: breakdown.Breakdown) -> Finding | None:

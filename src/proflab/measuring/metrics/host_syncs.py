@@ -35,6 +35,7 @@ Seen in TensorBoard: Profile › Overview, host reads per step; Trace timeline,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..trace import DATALOADER_PREFIX, OPTIMIZER_PREFIX, Event, Measure, Trace, aten_ops, outermost
 
@@ -97,6 +98,21 @@ def counts_text(by_name: dict[str, float]) -> str:
     return ", ".join(f"{count:g} {name}" for name, count in sorted(by_name.items(), key=lambda kv: -kv[1]))
 
 
+def placement(trace: Trace) -> Callable[[Event], str]:
+    """Where an event of ``trace`` was made: "loading" inside a DataLoader's ``__next__``, "optimizer" inside
+    ``optimizer.step()`` (``Optimizer.step#…``), on the same thread; else "step", the training step's own."""
+    ranges: dict[str, dict[tuple[str, str], list[tuple[float, float]]]] = {"loading": {}, "optimizer": {}}
+    for e in trace.events:
+        if e.name.startswith((DATALOADER_PREFIX, OPTIMIZER_PREFIX)):
+            kind = "loading" if e.name.startswith(DATALOADER_PREFIX) else "optimizer"
+            ranges[kind].setdefault((str(e.pid), str(e.tid)), []).append((e.ts, e.end))
+
+    def where(e: Event) -> str:
+        return next((kind for kind, found in ranges.items()
+                     if any(start <= e.ts < end for start, end in found.get((str(e.pid), str(e.tid)), ()))), "step")
+    return where
+
+
 def host_reads(trace: Trace) -> HostReads:
     """Each time Python waits for a tensor's value, per step, and where (see the module's docstring)."""
     n = len(trace.steps)
@@ -112,16 +128,11 @@ def host_reads(trace: Trace) -> HostReads:
         found += outermost([e for e in aten if e.name in SIZE_READS])
         reads = [(e, HOST_READS.get(e.name) or SIZE_READS[e.name]) for e in found]
         copies = 0
-    ranges: dict[str, dict[tuple[str, str], list[tuple[float, float]]]] = {"loading": {}, "optimizer": {}}
-    for e in trace.events:
-        if e.name.startswith((DATALOADER_PREFIX, OPTIMIZER_PREFIX)):
-            kind = "loading" if e.name.startswith(DATALOADER_PREFIX) else "optimizer"
-            ranges[kind].setdefault((str(e.pid), str(e.tid)), []).append((e.ts, e.end))
+    where = placement(trace)
     counts: dict[str, dict[str, int]] = {"step": {}, "loading": {}, "optimizer": {}}
     for e, what in reads:
-        where = next((kind for kind, found in ranges.items()
-                      if any(start <= e.ts < end for start, end in found.get((str(e.pid), str(e.tid)), ()))), "step")
-        counts[where][what] = counts[where].get(what, 0) + 1
+        found = counts[where(e)]
+        found[what] = found.get(what, 0) + 1
     per_step = {kind: {k: v / n for k, v in found.items()} for kind, found in counts.items()}
     return HostReads(per_step["step"], per_step["loading"], copies / n, per_step["optimizer"])
 
