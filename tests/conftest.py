@@ -407,7 +407,17 @@ SLOW_MODULES = frozenset({
 MEASURED_MODULES = frozenset({
     *(f"test_lab{n}_check" for n in range(10)), "test_trust_sound", "test_gate", "test_own_model_gate",
     "test_adaptive", "test_evidence_spellings", "test_timeline_speed",
+    # and the modules that read the runs of the labs' reference checks (session fixtures: solution_check,
+    # labN_solution), which the lab modules above measure: in the same process, each is made once
+    "test_profile_tab", "test_tensorboard_views", "test_browser", "test_tensorboard", "test_traces",
 })
+
+
+# Phase A of tests/run.sh asserts nothing a busy machine moves, so its two workers do not take turns at the
+# machine with each other: each worker's checks queue in a slot folder of its own (PROFLAB_TEST_OWN_SLOTS=1).
+# Turns themselves are tested in test_slots.py and test_faults_runs.py, with folders of their own.
+if os.environ.get("PROFLAB_TEST_OWN_SLOTS") == "1" and os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["PROFLAB_SLOTS"] = str(Path("/tmp") / f"proflab-test-slots-{os.getpid()}-{os.environ['PYTEST_XDIST_WORKER']}")
 
 
 def pytest_collection_modifyitems(config, items):

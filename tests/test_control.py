@@ -93,7 +93,7 @@ def test_an_engine_that_hangs_after_its_probe_is_given_up_within_the_runs_limit(
     mine = cal.root / "mine.py"
     mine.write_text(FAST)
     env = {"PROFLAB_BWRAP": str(broken_engine(tmp_path, "exec sleep 600"))}
-    limit = 20  # the calibration lab's limit, made shorter: waited out once
+    limit = 10  # the calibration lab's limit, made shorter: waited out once
     manifest = cal.root / "labs" / "90_calibration" / "lab.toml"
     text = manifest.read_text(encoding="utf-8")
     assert "timeout_s = 60" in text

@@ -62,3 +62,14 @@ def test_a_broken_manifest_says_which_file(tmp_path):
     (tmp_path / "x" / "lab.toml").write_text("number = 1\nname = 'x'\n")
     with pytest.raises(labs.ManifestError, match="lab.toml"):
         labs.discover(tmp_path)
+
+
+def test_an_allowance_is_named_only_to_a_run_that_used_it():
+    """Lab 4 spares one bincount() a step; naming it in every report would give its fix away (the exercise's
+    report is on the lab's page): only a run that made one is told it was not counted."""
+    from proflab import labs
+
+    ev = labs.resolve("4").evidence
+    assert dict(ev.allow) == {"bincount()": 1}
+    assert "bincount" not in ev.expectation(100.0, {"item()": 100.0})
+    assert "beside 1 bincount() per step, not counted" in ev.expectation(100.0, {"bincount()": 1.0, "item()": 3.0})

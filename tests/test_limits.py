@@ -47,7 +47,9 @@ def test_a_run_that_takes_too_much_memory_is_stopped(cal_kit):
 
 
 def test_a_flood_of_output_keeps_the_report_whole(cal_kit):
-    loud = write(cal_kit, "loud.py", FAST.replace("        step += 1\n",
+    # three times as fast as the original (1.5x would be a close call beside another check): the verdict is
+    # not what this test is about
+    loud = write(cal_kit, "loud.py", FAST.replace("1.5", "3").replace("        step += 1\n",
                                                   "        step += 1\n        print('x' * 200 + '\\n', end='' ) ; "
                                                   "print('line\\n' * 20000, end='')\n"))
     proc = cal_kit.run("check", "calibration", "--file", str(loud), "--json")

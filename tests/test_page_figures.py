@@ -54,7 +54,7 @@ FIX_ONLY: list[str] = []
 # The page rules themselves (the figures lint and its allowed figures, the fix behind the hints, which time
 # counts) live in proflab.authoring.page_rules, which validate-lab applies to a new lab's page too.
 MEASURED, ALLOWED, BENCH_BLOCK, SNIPPET = rules.MEASURED, rules.ALLOWED, rules.BENCH_BLOCK, rules.SNIPPET
-handwritten, _allowed, _outside_after_you_pass = rules.handwritten, rules.allowed, rules.outside_after_you_pass
+handwritten, _allowed = rules.handwritten, rules.allowed
 # The words and calls that name each lab's fix: each lab's own fix_words (lab.toml).
 FIX_TOKENS = {lab.number: list(lab.fix_words) for lab in kit_labs() if lab.fix_words}
 
@@ -151,7 +151,7 @@ def test_the_kits_schedule_is_what_the_pages_say():
     """The pages name the kit's schedule as {{ labN.schedule }}: built from the runner's own call."""
     runner = (REPO / "src" / "proflab" / "running" / "runner.py").read_text(encoding="utf-8")
     assert hook.KIT_SCHEDULE in runner, ("the runner's profiler schedule changed: update KIT_SCHEDULE in "
-                                         "docs/figures_hook.py and what the pages say of it")
+                                         "src/proflab/reporting/figures.py and what the pages say of it")
     facts = hook.code_facts()
     for manifest in sorted((REPO / "labs").glob("*/lab.toml")):
         data = tomllib.loads(manifest.read_text(encoding="utf-8"))
@@ -186,10 +186,10 @@ def test_a_lab_page_does_not_name_its_fix(number):
     name = data["docs"]
     if name not in CONVERTED + FIX_ONLY:
         pytest.skip(f"{name} is not converted yet")
-    page = _outside_after_you_pass(_page(name))
+    page = _page(name)
     named = [t for t in FIX_TOKENS[number] if t in page]
-    assert not named, (f"{name} names its fix ({named}) outside a collapsed ??? note \"After you pass: ...\" block: "
-                       f"move it to the hints (labs/*/lab.toml)")
+    assert not named, (f"{name} names its fix ({named}): move it to the hints (labs/*/lab.toml) or to the lab's "
+                       "debrief.md (proflab debrief, once passed)")
 
 
 @pytest.mark.parametrize("number", sorted(FIX_TOKENS))
@@ -201,17 +201,20 @@ def test_the_last_hint_names_the_fix_and_the_first_does_not(number):
 
 
 def test_the_home_page_names_no_labs_fix():
-    page = _outside_after_you_pass(_page("index.md"))
+    page = _page("index.md")
     # `.item()` is lab 4's symptom as much as lab 5's fix: the home page may name it as a host read.
     named = {n: [t for t in tokens if t in page and t != ".item()"] for n, tokens in FIX_TOKENS.items()}
     assert not any(named.values()), f"index.md names the labs' fixes: {named}"
 
 
-def test_the_fix_check_fails_on_a_page_that_names_it():
-    page = "Wrap the micro-batches in `model.no_sync()`.\n\n??? note \"After you pass: why the fix works\"\n    no_sync\n"
-    assert "no_sync" in _outside_after_you_pass(page)
+def test_the_fix_check_fails_on_a_page_that_names_it_even_in_a_collapsed_block():
+    """A collapsed block is still in the page's HTML: the fix named there is named."""
+    lab6 = next(lab for lab in kit_labs() if lab.number == 6)
+    page = "Wrap the micro-batches in `model.no_sync()`.\n"
+    assert [b.rule for b in rules.check(lab6, lab6.docs, page)
+            if b.rule != "which time counts"] == ["the fix stays behind the hints"]
     hidden = "Look at the calls.\n\n??? note \"After you pass: why the fix works\"\n    `model.no_sync()` skips it.\n"
-    assert "no_sync" not in _outside_after_you_pass(hidden)
+    assert {b.rule for b in rules.check(lab6, lab6.docs, hidden)} >= {"the fix stays behind the hints", "after a pass"}
 
 
 def test_every_page_is_converted_or_pending():

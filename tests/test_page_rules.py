@@ -45,8 +45,12 @@ def test_each_rule_catches_its_break():
     assert broken(page + "\nThe fused block ran in 12.5 ms a step.\n") == ["figures"]
     assert broken(page.replace("**Which time counts.**", "**Timing.**")) == ["which time counts"]
     assert broken(page + "\nUse `F.layer_norm`.\n") == ["the fix stays behind the hints"]
+    # a collapsed block is still in the page's HTML: what it holds is the debrief's (proflab debrief, once passed)
     hidden = page + '\n??? note "After you pass: why it works"\n    `F.layer_norm` reads once.\n'
-    assert broken(hidden) == []
+    assert broken(hidden) == ["the fix stays behind the hints", "after a pass"]
+    assert broken(page + "\nThe reference fix: {{ lab3.check-solution.spread }}.\n") == ["after a pass"]
+    line = page_rules.solution_lines(lab(3))[0]
+    assert broken(page + f"\n```python\n{line}\n```\n") == ["after a pass"]
     swapped = dataclasses.replace(lab(3), hints=tuple(reversed(lab(3).hints)))
     assert [b.found for b in page_rules.hint_rule(swapped)] == [
         "the last hint names none of the lab's fix_words", "the first hint gives the fix away"]

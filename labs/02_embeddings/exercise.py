@@ -1,4 +1,4 @@
-"""Lab 2: embeddings looked up on the host, one row at a time.
+"""Lab 2: a recommendation service that scores batches of requests.
 
 A real-time recommendation service scores batches of requests: for each
 request, how likely is this user to click this item? A request carries two

@@ -1,4 +1,4 @@
-"""Lab 6: data-parallel training on two ranks, started by torchrun, that talks too much.
+"""Lab 6: data-parallel training on two ranks, started by torchrun.
 
 Each rank trains the same model on its own half of the samples; after every
 backward pass, DistributedDataParallel (DDP) averages the gradients of all
@@ -7,8 +7,8 @@ optimizer step here accumulates the gradients of several micro-batches.
 
 Run it: proflab run distributed, or python exercise.py (the kit starts the
 torchrun job of two ranks either way). Profile it, open both ranks in
-TensorBoard, and look at what each step spends talking to the other rank,
-and how often.
+TensorBoard, and look at where each step's time goes and what the ranks
+send each other.
 """
 
 import torch

@@ -1,13 +1,13 @@
-"""Lab 8: serving a convnet, its batch norms run as operators of their own.
+"""Lab 8: serving a convnet.
 
 A camera service classifies frames in batches with a small pretrained
 convnet, shaped like a MobileNet: a stem and eight depthwise-separable
 blocks, 17 convolutions, each followed by a batch norm and a ReLU. The model
 is in eval() mode, so every batch norm applies the statistics it learned in
-training, the same numbers for every batch. The service runs it as it came
-from training: each layer on its own, in PyTorch's default memory format,
-with autograd on. The convolutions are the work; yet a batch takes longer
-than they do. Why?
+training. The service passes each batch of frames through the model and
+sends the logits back to the cameras, one batch after another. The model is
+small, yet a batch takes longer to answer than the service can afford.
+Where does its time go?
 
     proflab run serving          profile this file (or: python exercise.py)
     proflab tensorboard          look at the trace

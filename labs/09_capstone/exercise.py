@@ -1,12 +1,12 @@
 """Lab 9: a training script, as it grew.
 
-A small convnet learns to classify photos: a DataLoader decodes and augments
-each JPEG, the model uses a GELU written out by its formula (as the paper
-gives it), and the loop keeps the books a team wants to see: the accuracy per
-class and the mean confidence in the true class. Nothing in it is wrong, and
-nothing in it looks slow, yet a step takes twice what it should. This time
-there is more than one reason, and which one matters most depends on where it
-runs. Profile it, find what costs most, fix that, and profile again.
+A small convnet with GELU activations learns to classify photos: a
+DataLoader reads each JPEG from storage, decodes and augments it, the model
+trains with SGD, and the loop keeps the books a team wants to see: the
+accuracy per class, the top-3 accuracy and the mean confidence in the true
+class. It works, and the loss goes down, yet a step takes longer than it
+should, for more than one reason, and which one matters most depends on
+where it runs. Profile it, find what costs most, fix that, and profile again.
 
     proflab run capstone         profile this file (or: python exercise.py)
     proflab tensorboard          look at the trace

@@ -1,4 +1,4 @@
-"""The ``proflab`` command: list, run, profile, check, hint, reset, tensorboard, data, grade, gate, quickstart;
+"""The ``proflab`` command: list, run, profile, check, hint, debrief, reset, tensorboard, data, grade, gate, quickstart;
 for authors of labs, new-lab and validate-lab.
 
 Exit codes: 0 success (a check passed), 1 a check failed or a run broke,
@@ -117,6 +117,8 @@ def cmd_check(args) -> int:
         print(report.to_json(result))
     else:
         report.render(result, out, verbose=args.verbose)
+        if label == "yours" and result.verdict == checks.PASSED and lab.debrief is not None:
+            out.print(f"What the reference fix does, and every sound fix we measured: `proflab debrief {lab.number}`.")
     return result.exit_code
 
 
@@ -142,6 +144,30 @@ def cmd_hint(args) -> int:
         out.print(f"[dim]That was the last hint; `proflab hint {lab.number} --all` shows them all. The Profile "
                   f"tab now says what to try in this lab's runs too; the reference fix is "
                   f"{escape(paths.display(lab.solution))}.[/]")
+    return 0
+
+
+def cmd_debrief(args) -> int:
+    """A lab's debrief (``reporting.debrief``), once its check has passed here: before, what to do first."""
+    lab = _lab(args.lab)
+    if lab.debrief is None:
+        out.print(f"Lab {lab.number} has no debrief.")
+        return 0
+    if progress.status(lab.name) != progress.PASSED:
+        out.print(f"Lab {lab.number}'s debrief (the reference fix, its check, and every sound fix we measured) "
+                  f"opens once your fix passes: `proflab check {lab.number}`. Stuck? `proflab hint {lab.number}` "
+                  "gives one hint at a time.")
+        return 1
+    from rich.markdown import Markdown
+
+    from .reporting import debrief
+
+    try:
+        body = debrief.text(lab.debrief)
+    except (debrief.Missing, OSError) as e:
+        err.print(f"[red]The debrief of lab {lab.number} cannot be shown:[/] {escape(str(e))}")
+        return KIT_ERROR
+    out.print(Markdown(body, code_theme="ansi_dark"))
     return 0
 
 
@@ -461,6 +487,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("lab")
     sp.add_argument("--all", action="store_true", help="show every hint")
     sp.set_defaults(func=cmd_hint)
+
+    sp = sub.add_parser("debrief", help="once a lab is passed: its reference fix, its check, the sound fixes "
+                                         "measured")
+    sp.add_argument("lab", help="lab number or name")
+    sp.set_defaults(func=cmd_debrief)
 
     sp = sub.add_parser("reset", help="restore a lab's exercise (your version is backed up)")
     sp.add_argument("lab")

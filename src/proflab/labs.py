@@ -102,7 +102,9 @@ class Evidence:
             return False
         return True
 
-    def expectation(self, original: float) -> str:
+    def expectation(self, original: float, used: dict | None = None) -> str:
+        """The bound, said; an allowance (``allow``) named only where the learner's run used it (``used``: its
+        measure's details): named to every learner, it would give a lab's fix away (lab 4's bincount)."""
         parts = []
         if self.max_vs_original is not None:
             bound = self.max_vs_original * original
@@ -112,7 +114,7 @@ class Evidence:
             parts.append(f"at most {format_value(self.max, self.unit)}")
         if self.min is not None:
             parts.append(f"at least {format_value(self.min, self.unit)}")
-        spared = ", ".join(f"{n:g} {name}" for name, n in self.allow)
+        spared = ", ".join(f"{n:g} {name}" for name, n in self.allow if used is None or (used.get(name) or 0) > 0)
         return " and ".join(parts) + (f" (beside {spared} {self.unit}, not counted)" if spared else "")
 
 
@@ -315,6 +317,9 @@ class Lab:
     leaner: dict[str, float] = field(default_factory=dict)
     distributed: Distributed | None = None  # a torchrun job of several ranks ([distributed], lab 6)
     gating: Gating | None = None  # the exercise is a gate's settings ([gate], lab 7)
+    # What the kit shows once the lab is passed (``proflab debrief``): the reference fix, its check, the sound
+    # fixes measured ([files] debrief, "debrief.md" in the lab's folder by default); None where there is none
+    debrief: Path | None = None
     # Which figure a step's time is, per device ([timing]): "wall_time" (the checker's clock; the
     # default) or "cpu_time" (the CPU seconds of every process and thread of the run, read from /proc,
     # which other jobs on the machine move far less than the clock); and why, in a sentence for the report and the page.
@@ -471,6 +476,7 @@ _FILES: Spec = {
     "original": (_FILE, False),
     "exercise": (_FILE, False),
     "solution": (_FILE, False),
+    "debrief": (_FILE, False),
     "original_sha256": (_SHA, True),
 }
 _WORKLOAD: Spec = {
@@ -681,6 +687,11 @@ def _files(table: dict, folder: Path, p: _Problems) -> dict[str, Path]:
         needed = key == "original" or (key == "solution" and key in good)
         if needed and not path.is_file():
             p.add("files", f"{key} names {path.name!r}, which is not a file in {Path(p.where).parent.as_posix()}/")
+    # What the kit shows once the lab is passed (proflab debrief): never in the site, where it would be read first
+    debrief = folder / good.get("debrief", "debrief.md")
+    if "debrief" in good and not debrief.is_file():
+        p.add("files", f"debrief names {debrief.name!r}, which is not a file in {Path(p.where).parent.as_posix()}/")
+    found["debrief"] = debrief if debrief.is_file() else None
     return found
 
 
@@ -756,6 +767,7 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
         original=files["original"],
         exercise=files["exercise"],
         solution=files["solution"],
+        debrief=files.get("debrief"),
         original_sha256=top["files"]["original_sha256"].lower(),
         workload=Workload(**workload) if not gate_lab else GATE_WORKLOAD,
         results=tuple(rules),

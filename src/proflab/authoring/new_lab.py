@@ -105,6 +105,7 @@ def new_lab(root: Path, name: str, title: str = "", number: int | None = None) -
     _write_new(root, f"labs/{folder}/original.py", original, written)
     _write_new(root, f"labs/{folder}/exercise.py", original, written)
     _write_new(root, f"labs/{folder}/solution.py", _fill("solution.py.tmpl", **values), written)
+    _write_new(root, f"labs/{folder}/debrief.md", _fill("debrief.md.tmpl", **values), written)
     sha = hashlib.sha256(original.encode("utf-8")).hexdigest()
     _write_new(root, f"labs/{folder}/lab.toml", _fill("lab.toml.tmpl", original_sha256=sha, **values), written)
     _write_new(root, f"docs/labs/{slug}.md", _fill("page.md.tmpl", **values), written)

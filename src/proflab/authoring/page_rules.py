@@ -8,16 +8,21 @@
 - **which time counts** (``time_rule``): a lab page says, in a paragraph that starts with **Which time
   counts.**, which figure decides the lab's speed (the clock or the CPU time), as its ``[timing]`` does.
 - **the fix stays behind the hints** (``fix_rule``, ``hint_rule``): the page names none of the lab's
-  ``fix_words`` outside a collapsed ``??? note "After you pass: ..."`` block; the lab's last hint names one,
-  its first none.
+  ``fix_words``; the lab's last hint names one, its first none.
+- **what is for after a pass is not in the site** (``debrief_rule``): no line the reference fix adds to the
+  original (``solution_lines``), no figure or output of a reference fix's run or check
+  (``{{ labN.check-solution.* }}``, ``--8<-- "labN/run-solution.txt"``), and no ``After you pass`` block: a
+  collapsed block is still in the page's HTML. That material is the lab's debrief (``debrief.md`` in its
+  folder), which ``proflab debrief N`` shows once the lab is passed.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
-# A figure's name on a page, {{ name }}: docs/figures_hook.py substitutes the same pattern.
+# A figure's name on a page, {{ name }}: proflab.reporting.figures substitutes the same pattern.
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_.:#*\-/]+)\s*\}\}")
 
 # A measured-looking figure: a number with a unit of time, size, a share or a ratio; a count of calls;
@@ -66,7 +71,10 @@ ALLOWED += [("instructor.md", text, reason) for text, reason in [
 BENCH_BLOCK = re.compile(r"<!--\s*figures from (benchmarks/results/[\w.\-]+\.md)\s*-->\n(.*?)(?:\n\s*\n|\Z)", re.S)
 SNIPPET = re.compile(r"^\s*--8<--\s+\"([^\"]+)\"\s*$", re.M)
 
-AFTER_YOU_PASS = re.compile(r'^\?\?\? note "After you pass[^"]*"\n((?:[ \t]+.*\n|\s*\n)*)', re.M)
+AFTER_YOU_PASS = re.compile(r'^[?!]{3}\+? *\w+ *"After you pass[^"]*"', re.M)
+# A figure or an output of a reference fix's run or check: {{ lab2.check-solution.spread }}, lab2/run-solution.txt
+SOLUTION_FIGURE = re.compile(r"\blab\d+[./](?:check|run)-solution\b")
+SHORTEST_LINE = 10  # a line of the reference fix shorter than this (``else:``, ``)``) names nothing
 
 
 def allowed(page: str, text: str) -> bool:
@@ -87,9 +95,85 @@ def handwritten(page: str, markdown: str) -> list[str]:
     return found
 
 
-def outside_after_you_pass(page: str) -> str:
-    """The page without its collapsed "After you pass" notes."""
-    return AFTER_YOU_PASS.sub("", page)
+def _code_of(line: str, suffix: str) -> str:
+    """A source line's code, its comment left out and its spaces made single."""
+    code = line
+    if suffix in (".py", ".toml"):
+        quoted, kept = None, []
+        for ch in line:  # a '#' outside quotes starts the comment
+            if quoted:
+                quoted = None if ch == quoted else quoted
+            elif ch in "\"'":
+                quoted = ch
+            elif ch == "#":
+                break
+            kept.append(ch)
+        code = "".join(kept)
+    return " ".join(code.split())
+
+
+def solution_lines(lab) -> list[str]:
+    """The code lines the lab's reference fix adds to its original (docstrings and comments left out), each
+    long enough to name something: what no page may show."""
+    original, solution = Path(lab.original), Path(lab.solution)
+    if not original.is_file() or not solution.is_file():
+        return []
+    # handed out already: a line of any lab's original (``with torch.no_grad():`` is no lab's secret)
+    before = {_code_of(line, path.suffix) for path in (original, *original.parent.parent.glob("*/original.*"))
+              for line in path.read_text(encoding="utf-8").splitlines()}
+    added, in_docstring = [], False
+    for line in solution.read_text(encoding="utf-8").splitlines():
+        quotes = line.count('"""') + line.count("\'\'\'")
+        if in_docstring or (quotes and line.strip().startswith(('"""', "\'\'\'"))):
+            in_docstring = (in_docstring + quotes) % 2 == 1
+            continue
+        code = _code_of(line, solution.suffix)
+        if len(code) >= SHORTEST_LINE and code not in before and code not in added and not _public(lab, code):
+            added.append(code)
+    return added
+
+
+# The profiler's own calls: a lab graded on the learner's profile (lab 0) is solved with them, and the site
+# teaches them everywhere (how to profile a model of one's own is the point of the kit)
+PROFILER_API = ("prof.", "profile(", "schedule(", "record_function", "tensorboard_trace_handler", "ProfilerActivity",
+                "activities", "key_averages", "export_chrome_trace", "on_trace_ready")
+
+
+def _public(lab, code: str) -> bool:
+    """A line of a reference fix that is no lab's secret: the profiler's API in a lab graded on the profile; a
+    gate's setting at its default (``proflab gate --help`` and the reference print the defaults)."""
+    if lab.profiling is not None and any(word in code for word in PROFILER_API):
+        return True
+    if lab.gating is not None and "=" in code:
+        import tomllib
+
+        from ..grading import gate_config
+
+        try:
+            (key, value), = tomllib.loads(code).items()
+        except (tomllib.TOMLDecodeError, ValueError):
+            return False
+        known = gate_config.KEYS.get(key)
+        return known is not None and known.default == value
+    return False
+
+
+def debrief_rule(lab, page: str) -> list[Broken]:
+    broken = []
+    if AFTER_YOU_PASS.search(page):
+        broken.append(Broken("after a pass", "an \"After you pass\" block: collapsed, it is still in the page's HTML",
+                             f"move it to {lab.folder.name}/debrief.md, which proflab debrief {lab.number} shows "
+                             "once the lab is passed"))
+    figures = sorted({m.group(0) for m in SOLUTION_FIGURE.finditer(page)})
+    if figures:
+        broken.append(Broken("after a pass", f"the page quotes the reference fix's own run or check: {figures}",
+                             f"quote it in {lab.folder.name}/debrief.md instead (the same {{{{ names }}}} work there)"))
+    flat = " ".join(page.split())
+    shown = [line for line in solution_lines(lab) if line in flat]
+    if shown:
+        broken.append(Broken("after a pass", f"the page shows lines of the reference fix: {shown[:3]}",
+                             f"leave them to the hints and to {lab.folder.name}/debrief.md"))
+    return broken
 
 
 @dataclass(frozen=True)
@@ -129,9 +213,10 @@ def time_rule(lab, page: str) -> list[Broken]:
 
 
 def fix_rule(lab, page: str) -> list[Broken]:
-    named = [w for w in lab.fix_words if w in outside_after_you_pass(page)]
+    named = [w for w in lab.fix_words if w in page]
     return [Broken("the fix stays behind the hints", f"the page names the fix: {named}",
-                   "move it to the hints (lab.toml), or into a ??? note \"After you pass: ...\" block")] if named else []
+                   f"move it to the hints (lab.toml), or to {lab.folder.name}/debrief.md (proflab debrief, "
+                   "once passed)")] if named else []
 
 
 def hint_rule(lab) -> list[Broken]:
@@ -152,4 +237,5 @@ def hint_rule(lab) -> list[Broken]:
 
 def check(lab, name: str, page: str) -> list[Broken]:
     """Every rule a lab's page (``name``, relative to docs/) and its hints break."""
-    return [*figure_rule(name, page), *time_rule(lab, page), *fix_rule(lab, page), *hint_rule(lab)]
+    return [*figure_rule(name, page), *time_rule(lab, page), *fix_rule(lab, page), *debrief_rule(lab, page),
+            *hint_rule(lab)]

@@ -181,8 +181,8 @@ def _loader(trace: Trace, b: breakdown.Breakdown) -> Finding | None:
             "batch: the data is decoded and transformed " +
             ("by worker processes that do not keep up." if multi else "in the training process, between steps."))
     cure = ("More worker processes (DataLoader(num_workers=…), up to the cores the machine gives), "
-            "persistent_workers=True, a larger prefetch_factor; less work per sample (decode once, "
-            "cache); pin_memory=True on CUDA.")
+            "persistent_workers=True (workers kept between epochs), a larger prefetch_factor; less work per "
+            "sample (decode once, cache); pin_memory=True on CUDA.")
     where = f"Trace timeline: {seen} in each ProfilerStep#; Profile › Overview, DataLoader wait"
     loading = [e for e in trace.events if e.name.startswith(DATALOADER_PREFIX)]
     lines = code_of(trace, lambda: trace.within_steps(lambda e: e.cat == "cpu_op" and any(

@@ -60,7 +60,9 @@ def prepare() -> bool:
 
 
 def _build(engine: sandbox.Engine, target: Path) -> None:
-    box = sandbox.Box(Path(tempfile.gettempdir()), engine)
+    # this Python and the kit lent to it, as to a run's sandbox: a kit and its venv under /tmp would otherwise
+    # be hidden behind the sandbox's own /tmp, and the build would never start
+    box = sandbox.Box(Path(tempfile.gettempdir()), engine, expose=sandbox.interpreter_folders())
     try:
         env = {**os.environ, **sandbox.RUN_ENV}
         done = subprocess.run(box.command([sys.executable, "-P", "-c", BUILD], cwd=box.root), env=env,

@@ -220,10 +220,12 @@ class Server:
                 hello = self._receive(timeout_s)
                 if hello is None and self.proc.poll() is None and self._working():
                     hello = self._receive(max(0.0, READY_TIMEOUT_S - timeout_s))  # importing, slowly: wait on
-            except ServerError:
-                hello = None
+            except ServerError:  # its end of the socket closed: it is gone (maybe not yet reaped), not silent
+                hello, gone = None, True
+            else:
+                gone = False
             # alive, never said a word, and used no CPU: its engine hangs (a slow import works)
-            self.silent = hello is None and self.proc.poll() is None and not self._working()
+            self.silent = hello is None and not gone and self.proc.poll() is None and not self._working()
             self.ready = bool(hello and hello.get("ready") and not hello.get("cuda_driver_loaded"))
             if self.ready and self.box is not None:
                 self.ready = self._find_in_sandbox()

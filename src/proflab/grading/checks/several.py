@@ -35,7 +35,7 @@ def judged(lab: labs.Lab, proof: Check, figures: list[Figure], why: list[str]) -
     left = [f for f in figures if not f[0].holds(f[0].counted(f[2].value, f[2].details),
                                                  f[0].counted(f[1].value, f[1].details))]
     gone = [f for f in figures if f not in left]
-    expected = "; ".join(f"{ev.label}: {ev.expectation(o.value)}" for ev, o, _ in (left or figures))
+    expected = "; ".join(f"{ev.label}: {ev.expectation(o.value, m.details)}" for ev, o, m in (left or figures))
     if not left:
         proof.passed("; ".join(_change(*f) for f in figures), expected,
                      "; ".join(f"{ev.label}: {format_value(m.value, ev.unit)}: {m.summary}" for ev, _, m in figures),
