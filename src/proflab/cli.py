@@ -1,4 +1,4 @@
-"""The ``proflab`` command: list, run, profile, check, hint, debrief, reset, tensorboard, data, grade, gate, quickstart;
+"""The ``proflab`` command: list, run, profile, check, hint, debrief, drill, reset, tensorboard, data, grade, gate, quickstart;
 for authors of labs, new-lab and validate-lab.
 
 Exit codes: 0 success (a check passed), 1 a check failed or a run broke,
@@ -168,6 +168,26 @@ def cmd_debrief(args) -> int:
         err.print(f"[red]The debrief of lab {lab.number} cannot be shown:[/] {escape(str(e))}")
         return KIT_ERROR
     out.print(Markdown(body, code_theme="ansi_dark"))
+    return 0
+
+
+def cmd_drill(args) -> int:
+    """Write this learner's diagnosis drill (``authoring.drills``) into the kit, or say where it is."""
+    import getpass
+
+    from .authoring import drills
+
+    who = args.who or os.environ.get("PROFLAB_LEARNER") or getpass.getuser()
+    try:
+        home = drills.write(who)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    lab = labs.load(home)
+    out.print(f"[bold]Your drill[/], drawn for {escape(who)}: {escape(paths.display(lab.exercise))} "
+              f"(lab {lab.number}, {lab.name})")
+    out.print(f"It is slow for one reason. Profile it: `proflab run {lab.name}`, then `proflab tensorboard`. "
+              f"Write in its ANSWERS where the time goes and its ms per step, then fix it, and check: "
+              f"`proflab check {lab.name}`.")
     return 0
 
 
@@ -492,6 +512,11 @@ def build_parser() -> argparse.ArgumentParser:
                                          "measured")
     sp.add_argument("lab", help="lab number or name")
     sp.set_defaults(func=cmd_debrief)
+
+    sp = sub.add_parser("drill", help="a diagnosis drill drawn for you: a slow pipeline only its profile explains")
+    sp.add_argument("--as", dest="who", metavar="NAME",
+                    help="whose drill (default: $PROFLAB_LEARNER, else your user name); the same name, the same drill")
+    sp.set_defaults(func=cmd_drill)
 
     sp = sub.add_parser("reset", help="restore a lab's exercise (your version is backed up)")
     sp.add_argument("lab")

@@ -142,8 +142,9 @@ class Grading:
     evidence: float = 3.0
     faster: float = 3.0
     inconclusive: float = 0.0  # share (0 to 1) of the faster points an inconclusive speed-up earns
+    diagnosis: float = 0.0  # a drill's: what the learner said its profile shows (only drills check it)
 
-    CHECKS = ("runs", "same_results", "evidence", "faster")
+    CHECKS = ("runs", "same_results", "diagnosis", "evidence", "faster")
 
     def points(self, check: str) -> float:
         return float(getattr(self, check))
@@ -195,6 +196,16 @@ class Workload:
     @property
     def round_limit(self) -> int:
         return self.max_rounds or 3 * self.rounds
+
+
+@dataclass(frozen=True)
+class Drill:
+    """A diagnosis drill's bottleneck (``[drill]``, written by ``authoring.drills``): which one, and what a right
+    diagnosis names, a part of the step as the Overview names it or an operator whose name holds a word."""
+
+    bottleneck: str
+    parts: tuple[str, ...] = ()
+    operator_words: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -320,6 +331,7 @@ class Lab:
     # What the kit shows once the lab is passed (``proflab debrief``): the reference fix, its check, the sound
     # fixes measured ([files] debrief, "debrief.md" in the lab's folder by default); None where there is none
     debrief: Path | None = None
+    drill: Drill | None = None  # a diagnosis drill's bottleneck ([drill]): its chain checks the learner's diagnosis
     # Which figure a step's time is, per device ([timing]): "wall_time" (the checker's clock; the
     # default) or "cpu_time" (the CPU seconds of every process and thread of the run, read from /proc,
     # which other jobs on the machine move far less than the clock); and why, in a sentence for the report and the page.
@@ -471,6 +483,7 @@ _TOP: Spec = {
     "audit": (_TABLE, False),
     "distributed": (_TABLE, False),
     "timing": (_TABLE, False),
+    "drill": (_TABLE, False),
 }
 _FILES: Spec = {
     "original": (_FILE, False),
@@ -530,6 +543,7 @@ def _answer_spec() -> Spec:
     return {"question": (_TEXT, True), "metric": (metric, True), "where": (_TEXT, True),
             "tolerance": (_NOT_NEGATIVE, False)}
 _STORAGE: Spec = {"folder": (_FOLDER, True), "latency_ms": (_POSITIVE, True)}
+_DRILL: Spec = {"bottleneck": (_TEXT, True), "parts": (_TEXTS, False), "operator_words": (_TEXTS, False)}
 _LAB_NAME = _Kind("a lab's number or name", lambda v: (isinstance(v, int) and not isinstance(v, bool)) or _is_text(v))
 _RANGES = _Kind("a table of [low, high] ranges ({rounds = [2, 10]})",
                  lambda v: isinstance(v, dict) and all(isinstance(r, list) and len(r) == 2 and all(map(_is_number, r))
@@ -750,6 +764,7 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
             answers.append(Answer(key=key, **good))
     grading = _grading(top["grading"], p) if "grading" in top else Grading()
     storage = p.table(top["storage"], "storage", _STORAGE) if "storage" in top else None
+    drill = p.table(top["drill"], "drill", _DRILL) if "drill" in top else None
     audit = p.table(top["audit"], "audit", _audit_spec()) if "audit" in top else {}
     distributed = p.table(top["distributed"], "distributed", _DISTRIBUTED) if "distributed" in top else None
     for key in (*(distributed or {}).get("same_on_every_rank", ()), *(distributed or {}).get("own_on_each_rank", ())):
@@ -780,6 +795,8 @@ def _build(data: dict, folder: Path, p: _Problems) -> Lab | None:
         data=top.get("data", ""),
         grading=grading,
         storage=Storage(**storage) if storage is not None else None,
+        drill=Drill(bottleneck=drill["bottleneck"], parts=tuple(drill.get("parts", ())),
+                    operator_words=tuple(drill.get("operator_words", ()))) if drill and "bottleneck" in drill else None,
         audit=Audit(allow=tuple(audit.get("allow", ())), refuse=tuple(audit.get("refuse", ()))),
         profiling=Profiling(labels=tuple(profiling["labels"]), max_steps=profiling["max_steps"],
                             where=profiling.get("where", ""), kit_steps=profiling.get("kit_steps", 0))
@@ -868,10 +885,11 @@ def discover_all(labs_dir: Path | None = None) -> tuple[list[Lab], list[BrokenLa
 
     Two labs with the same number or name are both broken, each naming the other.
     """
-    folder = Path(labs_dir) if labs_dir else paths.labs_dir()
+    # the kit's labs, and the diagnosis drills written for its learners (``authoring.drills``)
+    folders = [Path(labs_dir)] if labs_dir else [paths.labs_dir(), paths.drills_dir()]
     loaded: list[Lab] = []
     broken_labs: list[BrokenLab] = []
-    for manifest in sorted(folder.glob("*/lab.toml")):
+    for manifest in [m for folder in folders for m in sorted(folder.glob("*/lab.toml"))]:
         try:
             loaded.append(load(manifest.parent))
         except ManifestError as e:

@@ -39,6 +39,11 @@ def labs_dir() -> Path:
     return root() / "labs"
 
 
+def drills_dir() -> Path:
+    """The diagnosis drills written for this kit's learners (``proflab drill``), one lab folder each."""
+    return root() / "drills"
+
+
 def data_dir() -> Path:
     return root() / "data"
 

@@ -181,7 +181,8 @@ def find(folder: Path, only: labs.Lab | None, known: list[labs.Lab]) -> Found:
             skipped.append(Skipped(shown, "not a Python file (.py)", owner))
             return
         try:
-            lab = _which_lab(lab_name, only, known)
+            # a diagnosis drill is the learner's own, drawn again from their name
+            lab = _drill_of(learner) if lab_name.lower() == DRILL and owned else _which_lab(lab_name, only, known)
         except labs.ManifestError as e:
             skipped.append(Skipped(shown, f"not graded: its lab's manifest is broken ({e})", owner, kit=True))
             return
@@ -301,6 +302,18 @@ def _entries(folder: Path) -> list[Path]:
                       key=lambda p: p.name)
     except OSError as e:
         raise GradeError(f"cannot read {folder}: {e.strerror or e}") from None
+
+
+DRILL = "drill"  # a learner's drill.py: graded against the drill drawn for that learner's name
+
+
+def _drill_of(learner: str) -> labs.Lab | str:
+    from ..authoring import drills
+
+    try:
+        return drills.lab_for(learner)
+    except ValueError as e:
+        return f"no drill for this learner: {e}"
 
 
 def _which_lab(name: str, only: labs.Lab | None, known: list[labs.Lab]) -> labs.Lab | str:

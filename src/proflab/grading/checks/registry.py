@@ -8,6 +8,7 @@ whether the chain goes on. A lab's chain is four of them, in the order of
 the report's rows, over the trial its checks decide from:
 
     a lab the kit times   runs, same_results, evidence, faster   (Rounds)
+      a diagnosis drill     runs, same_results, diagnosis, evidence, faster
       its learner profiles  ... own_profile, overhead              (lab 0)
       graded on memory      ... evidence, leaner                   (lab 5)
     a gate's settings     gate_settings, gate_unchanged, gate_regression, gate_cause
@@ -25,13 +26,14 @@ from types import ModuleType
 from ... import labs
 from ..gate_runs import GateRuns
 from ..rounds import Rounds
-from . import (evidence, faster, gate_cause, gate_regression, gate_settings, gate_unchanged, leaner, overhead,
-               own_profile, runs, same_results)
+from . import (diagnosis, evidence, faster, gate_cause, gate_regression, gate_settings, gate_unchanged, leaner,
+               overhead, own_profile, runs, same_results)
 
 REGISTRY: dict[str, ModuleType] = {
     "runs": runs,
     "same_results": same_results,
     "evidence": evidence,
+    "diagnosis": diagnosis,
     "own_profile": own_profile,
     "faster": faster,
     "overhead": overhead,
@@ -62,6 +64,8 @@ def chain_of(lab: labs.Lab) -> Chain:
         return Chain(GateRuns, ("gate_settings", "gate_unchanged", "gate_regression", "gate_cause"))
     proof = "own_profile" if lab.profiling is not None else "evidence"
     margin = "leaner" if lab.leaner else "overhead" if lab.overhead else "faster"
+    if lab.drill is not None:  # a diagnosis drill: what the learner said the profile shows, before the fix
+        return Chain(Rounds, ("runs", "same_results", "diagnosis", proof, margin))
     return Chain(Rounds, ("runs", "same_results", proof, margin))
 
 

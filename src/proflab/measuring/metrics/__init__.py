@@ -63,6 +63,7 @@ from . import (
     batchnorm_calls,
     dataloader_wait,
     elementwise_traffic,
+    host_gap,
     host_syncs,
     indexing_ops,
     memory_growth,
@@ -78,6 +79,7 @@ MODULES = (
     memory_growth,
     allreduce_traffic,
     batchnorm_calls,
+    host_gap,
 )
 
 METRICS: dict[str, Callable[[Trace], Measure]] = {m.NAME: m.measure for m in MODULES}

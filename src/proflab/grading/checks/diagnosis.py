@@ -1,0 +1,113 @@
+"""A drill's check, "The diagnosis matches the profile": what the learner said the profile shows, held to the
+original's profile measured in the same check.
+
+A diagnosis drill (``authoring.drills``) asks the learner, before any fix, to write in the file's ``ANSWERS``
+where the profile shows the step's time going (``where``: a part of the step as the Overview names it, or an
+operator of the table) and how many milliseconds of each profiled step it takes there (``ms_per_step``). The
+answer is read from the file's source (a literal; the file is never imported for it). It is right when it
+names what the drill's bottleneck shows as (the drill's ``parts``, or an operator among the original's five
+costliest by self time whose name holds one of its ``operator_words``) and its milliseconds are within a
+factor of two of what the original's profile of this check measured there (the learner profiled on a machine
+as busy as it was then, not as it is now). Decided after the first round, from the original's trace.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+from ...measuring import breakdown, evidence, operators
+from ..rounds import Rounds
+from ..trial import FIRST_ROUND
+from ..verdicts import FAILED, Check
+
+NAME = "diagnosis"
+TITLE = "The diagnosis matches the profile"
+WHAT = "where you said the time goes (ANSWERS) is what the original's profile shows, with its ms per step"
+WHEN = (FIRST_ROUND,)
+
+FACTOR = 2.0  # the milliseconds said may be this far from the measured ones, either way
+TOP = 5  # a named operator is among the original's costliest
+
+
+def answers_of(file: Path) -> dict[str, Any] | str:
+    """The file's ``ANSWERS`` (a literal dict at the top level), or why there is none to read."""
+    try:
+        tree = ast.parse(Path(file).read_bytes())
+    except (OSError, SyntaxError, ValueError) as e:
+        return f"the file cannot be read ({e})"
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ANSWERS" for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return "ANSWERS is not written as a literal dict ({\"where\": \"...\", \"ms_per_step\": 12.5})"
+            return value if isinstance(value, dict) else "ANSWERS is not a dict"
+    return "the file has no ANSWERS"
+
+
+def _parts(b: breakdown.Breakdown) -> dict[str, float]:
+    return {breakdown.LABELS[p]: b.host_ms[p] for p in breakdown.HOST_PARTS}
+
+
+def _operators(trace: evidence.Trace) -> list[operators.Row]:
+    """The original's operators by self time per step, the profiler's own step ranges left out."""
+    return [r for r in operators.table(trace, per_step=True) if not r.name.startswith("ProfilerStep")]
+
+
+def what_it_shows(trace: evidence.Trace) -> str:
+    """The original's profile in a line: its largest part, and its costliest operators, each per step."""
+    parts = sorted(_parts(breakdown.of(trace)).items(), key=lambda kv: -kv[1])
+    rows = _operators(trace)[:3]
+    return (f"largest part: {parts[0][0]} {parts[0][1]:.1f} ms a step; costliest operators: "
+            + ", ".join(f"{r.name} {r.self_cpu_us / 1000:.1f} ms" for r in rows))
+
+
+def measured_at(lab, trace: evidence.Trace, where: str) -> tuple[str, float] | None:
+    """The place ``where`` names in the original's profile, as the drill counts it, and its ms per step; None
+    where it names none of the drill's bottleneck's places."""
+    said = where.strip().lower()
+    if not said:
+        return None
+    for label, ms in _parts(breakdown.of(trace)).items():
+        if label in lab.drill.parts and (said == label.lower() or label.lower() in said):
+            return label, ms
+    for row in _operators(trace)[:TOP]:
+        name = row.name.lower()
+        if (said == name or said in name or name in said) and any(w.lower() in name for w in lab.drill.operator_words):
+            return row.name, row.self_cpu_us / 1000
+    return None
+
+
+def decide(trial: Rounds, check: Check) -> str | None:
+    lab, report = trial.lab, trial.report
+    given = answers_of(trial.file)
+    how = ("profile the original (proflab run), then write in ANSWERS the part of the step (as the Profile tab's "
+           "Overview names it) or the operator (key_averages' table) where its time goes, and its ms per step")
+    if isinstance(given, str):
+        check.failed(given, "ANSWERS = {\"where\": ..., \"ms_per_step\": ...}", "none", how)
+        return FAILED
+    where, ms = str(given.get("where") or ""), given.get("ms_per_step")
+    try:
+        trace = trial.loaded.get("original") or evidence.load(report.traces["original"])
+    except (KeyError, evidence.TraceError) as e:
+        check.failed(f"the original's trace could not be read: {e}", "a readable trace", "unreadable")
+        return FAILED
+    # what the profile shows is the learner's to find: a wrong answer is told where to look, never the answer
+    shows = "not shown here: the original's profile (proflab run, then proflab tensorboard) shows it"
+    place = measured_at(lab, trace, where)
+    said = f"you said {where or 'nothing'!r}, {ms if ms is not None else '?'} ms a step"
+    expected = f"the bottleneck's place in the original's profile, its ms per step within {FACTOR:g}×"
+    if place is None:
+        check.failed(f"{said}: that is not where this drill's time goes", expected, shows, how)
+        return FAILED
+    name, measured = place
+    if not isinstance(ms, (int, float)) or isinstance(ms, bool) or ms <= 0 \
+            or not measured / FACTOR <= ms <= measured * FACTOR:
+        check.failed(f"{said}: the place is right, the milliseconds are not", expected,
+                     f"{name}: {measured:.1f} ms a step in the original's profile", how)
+        return FAILED
+    check.passed(f"{said}; the original's profile: {name}, {measured:.1f} ms a step", expected,
+                 f"{name}: {measured:.1f} ms a step")
+    return None
