@@ -410,6 +410,7 @@ MEASURED_MODULES = frozenset({
     # and the modules that read the runs of the labs' reference checks (session fixtures: solution_check,
     # labN_solution), which the lab modules above measure: in the same process, each is made once
     "test_profile_tab", "test_tensorboard_views", "test_browser", "test_tensorboard", "test_traces",
+    "test_drills_sound",
 })
 
 
@@ -428,3 +429,63 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.quick)
         elif module in MEASURED_MODULES:
             item.add_marker(pytest.mark.measured)
+
+
+# --- diagnosis drills ---------------------------------------------------------------------------------------
+
+EMPTY_ANSWERS = 'ANSWERS = {"where": "", "ms_per_step": 0.0}'
+
+
+def who_draws(key: str) -> str:
+    """The first name of the form learner<N> whose drill (``authoring.drills``) is bottleneck ``key``."""
+    from proflab.authoring import drills
+
+    return next(f"learner{n}" for n in range(10_000) if drills.draw(f"learner{n}").bottleneck.key == key)
+
+
+def answered(source: str, answer: tuple[str, float]) -> str:
+    assert EMPTY_ANSWERS in source
+    return source.replace(EMPTY_ANSWERS, f'ANSWERS = {{"where": {answer[0]!r}, "ms_per_step": {answer[1]:.2f}}}')
+
+
+def profiled_answer(kit: Kit, lab) -> tuple[str, float]:
+    """What a learner reads from ``proflab run``'s profile of the original: the bottleneck's part of the step,
+    or its costliest operator, with its ms per step."""
+    from proflab.grading.checks import diagnosis
+    from proflab.measuring import evidence
+    from proflab.viewing import timeline
+
+    done = kit.run("run", lab.name, "--version", "original")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    traces = timeline.newest_traces(kit.root / "runs")
+    (path,) = [p for run, p in traces.items() if run == f"{lab.number:02d}-{lab.name}/original"]
+    trace = evidence.load(path)
+    for part in lab.drill.parts:
+        place = diagnosis.measured_at(lab, trace, part)
+        if place:
+            return place
+    for row in diagnosis._operators(trace)[:diagnosis.TOP]:
+        if any(diagnosis._names(w, row.name) for w in lab.drill.operator_words):
+            return row.name, row.self_cpu_us / 1000
+    raise AssertionError(f"{lab.name}: the profile shows none of the bottleneck's places: "
+                         f"{diagnosis.what_it_shows(trace)}")
+
+
+@pytest.fixture(scope="session")
+def drill_kit(kit, tmp_path_factory) -> tuple[Kit, dict]:
+    """A kit with a drill of every bottleneck, each original profiled as a learner would, its answer read; its
+    reference fix, so answered, in the drill's folder (solution.py, which the attempts at gaming start from)."""
+    from proflab import labs
+    from proflab.authoring import drills
+    from proflab.authoring.drill_catalogue import CATALOGUE
+
+    k = sharing_data(tmp_path_factory.mktemp("drill-kit"), kit)
+    found = {}
+    for key in [b.key for b in CATALOGUE]:
+        lab = labs.load(drills.write(who_draws(key), k.root))
+        found[key] = (lab, profiled_answer(k, lab))
+        (lab.folder / "solution.py").write_text(answered(drills.reference_fix(drills.draw(who_draws(key))),
+                                                         found[key][1]))
+    return k, found
+
+

@@ -44,7 +44,7 @@ hook = _hook()
 # Pages whose figures all come from docs/figures/ or a cited results file: every lab's page (its
 # manifest's `docs`, found in labs/) and the kit's own pages. A page not yet converted is named in PENDING,
 # so that the list is visible.
-CONVERTED = ["reading-a-profile.md", "index.md", "ci.md", "instructor.md", "setup.md", "own-model.md", "next.md",
+CONVERTED = ["reading-a-profile.md", "index.md", "ci.md", "instructor.md", "setup.md", "own-model.md", "next.md", "drills.md",
              *(lab.docs for lab in kit_labs())]
 PENDING: list[str] = []
 
