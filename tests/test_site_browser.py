@@ -64,7 +64,7 @@ def test_lab_page_shows_its_screenshots(walk):
 
 def test_every_code_block_has_a_working_copy_button(walk):
     seen = walk["seen"]
-    assert seen["code_blocks"] >= 10
+    assert seen["code_blocks"] >= 5  # the page's commands (what is for after a pass is the debrief's, not here)
     assert seen["copy_buttons"] == seen["code_blocks"]
     assert seen["copied"] == "Copied to clipboard"
 

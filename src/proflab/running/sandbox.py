@@ -105,10 +105,15 @@ class Engine:
 @functools.lru_cache(maxsize=1)
 def interpreter_folders() -> tuple[Path, ...]:
     """Where this Python and the kit's own code live: a sandboxed run needs them, even in a folder the
-    sandbox hides (a checkout and its virtual environment under /tmp)."""
+    sandbox hides (a checkout and its virtual environment under /tmp). Every folder of ``sys.path`` too: an
+    environment whose packages come from another one's, through a ``.pth`` line (a kit installed from its
+    wheel beside a class's shared environment), imports torch from there."""
     import proflab
 
-    return (Path(sys.prefix), Path(sys.executable).parent, Path(proflab.__file__).resolve().parents[1])
+    here = Path.cwd().resolve()
+    imported = [Path(p) for p in sys.path if p and Path(p).is_absolute() and Path(p).is_dir()
+                and Path(p).resolve() != here]
+    return (Path(sys.prefix), Path(sys.executable).parent, Path(proflab.__file__).resolve().parents[1], *imported)
 
 
 def engine() -> Engine:
