@@ -13,7 +13,10 @@ that never overlap, taken in this order:
     other             the rest: Python between operators, the profiler's own work
 
 Device time (kernels, copies, memsets on the GPU) runs alongside the host and
-is reported beside the host parts, as the device's busy time per step; so is
+is reported beside the host parts, as the device's busy time per step: the
+time the device works on what the profiled steps launched, a kernel counted
+whole for the step whose host range holds its launch call, however late it
+ran (``device``'s rule; work launched outside the steps is not counted); so is
 communication between the ranks of a distributed job (``comm_ms``): the time
 covered by collectives as their backend runs them (``gloo:all_reduce`` ranges
 on gloo's threads, ``nccl…`` kernels on the device), which overlaps the
@@ -24,7 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .trace import DATALOADER_PREFIX, DEVICE_CATEGORIES, Event, Trace
+from . import device as device_work
+from .trace import DATALOADER_PREFIX, Event, Trace
 
 HOST_PARTS = ("DataLoader wait", "syncs", "CPU ops", "other")
 # What each part is called where a learner reads it (the report, its charts, the Profile tab).
@@ -43,7 +47,7 @@ Interval = tuple[float, float]
 class Breakdown:
     step_ms: float
     host_ms: dict[str, float]  # HOST_PARTS, summing to step_ms
-    device_busy_ms: float
+    device_busy_ms: float  # per step, the time the device works on what the steps launched (``device``)
     steps: int
     comm_ms: float = 0.0  # per step, time covered by collectives (a distributed job's ranks talking)
 
@@ -91,7 +95,7 @@ def of(trace: Trace) -> Breakdown:
     syncs = [e for e in trace.events if e.name in SYNC_NAMES]
     ops = [e for e in trace.events if e.cat in HOST_OP_CATEGORIES and not e.name.startswith("ProfilerStep#")
            and not e.name.startswith(DATALOADER_PREFIX) and e.name not in SYNC_NAMES]
-    device = _merge([(e.ts, e.end) for e in trace.events if e.cat in DEVICE_CATEGORIES])
+    device = _merge([(e.ts, e.end) for e, _ in device_work.step_work(trace)])
     comm = [e for e in trace.events if _is_collective(e)]
 
     totals = dict.fromkeys(HOST_PARTS, 0.0)

@@ -27,6 +27,11 @@ DATALOADER_PREFIX = "enumerate(DataLoader)#"
 OPTIMIZER_PREFIX = "Optimizer.step#"
 # Trace categories of the work a GPU does: kernels, copies, memsets.
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# Trace categories of the host's calls that put that work on the device: the CUDA runtime's (cudaLaunchKernel,
+# cudaMemcpyAsync, cudaGraphLaunch) and the driver's (cuLaunchKernel: Triton's and torch.compile's kernels).
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+# The events whose ``args`` are kept: operators (shapes, External id), launches and device work (correlation).
+_ARGS_KEPT = ("cpu_op", *LAUNCH_CATEGORIES, *DEVICE_CATEGORIES)
 
 
 class TraceError(ValueError):
@@ -114,7 +119,7 @@ def from_data(path: str | Path, raw: dict[str, Any]) -> Trace:
     try:
         events = [
             Event(e["name"], e.get("cat", ""), float(e["ts"]), float(e.get("dur", 0.0)), e.get("pid"), e.get("tid"),
-                  e.get("args") if e.get("cat") == "cpu_op" else None)
+                  e.get("args") if e.get("cat") in _ARGS_KEPT else None)
             for e in listed
             if isinstance(e, dict) and e.get("ph") == "X" and "name" in e and "ts" in e
         ]

@@ -1,0 +1,259 @@
+"""CUDA traces read without a GPU: synthetic device traces, each figure worked out by hand from its events.
+
+No GPU is lent to this project, so the kit's CUDA paths are checked here on traces written by hand in the
+shape torch 2.x's profiler writes (categories ``cpu_op``, ``user_annotation``, ``kernel``, ``gpu_memcpy``,
+``gpu_memset``, ``cuda_runtime``, ``cuda_driver``; a launch linked to its device work by ``correlation``, to
+its operator by ``External id``). Most are the synthetic traces of torch-tb-profiler's own unit tests
+(TensorBoard's profiler plugin, installed beside the kit), brought to those categories, with a
+``ProfilerStep#`` where the plugin's had none.
+
+Each figure is asserted against the number worked out from the events (the sums are written out), and,
+where the plugin defines the same quantity the same way, against what the installed plugin's parser
+computes from the same events (``plugin``: its categories back, ``cuda_runtime`` and ``cuda_driver`` as its
+``Runtime``). Where the two define a quantity differently the test says which definition the kit keeps:
+
+* the plugin's Overview splits one timeline that holds the device's roles (kernel, copy, memset) and the
+  host's (runtime calls, DataLoader, operators) in that order, so a host part is what the device left
+  over; the kit's host parts split the host's time alone, the device's busy time beside them;
+* the plugin stretches a step on the device to the end of the work it launched; the kit's step is the host's,
+  and the work it launched counts whole (``measuring.device``), so device busy may exceed the step;
+* the plugin counts a ``nccl:`` range on the host as communication; the kit counts NCCL's kernels, as its
+  documentation says (the host's range only queues them).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from proflab.measuring import breakdown, device, diagnosis, evidence, operators
+
+PID, DEVICE = 13721, 0
+
+
+def x(name, cat, ts, dur, tid=456, pid=PID, **args):
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
+
+
+def op(name, ts, dur, ext, tid=456, cat="cpu_op"):
+    return x(name, cat, ts, dur, tid, **{"External id": ext})
+
+
+def launch(name, ts, dur, corr, ext=None, tid=456, cat="cuda_runtime"):
+    args = {"correlation": corr, "cbid": 211}
+    if ext is not None:
+        args["External id"] = ext
+    return x(name, cat, ts, dur, tid, **args)
+
+
+def kernel(name, ts, dur, corr, ext=None, stream=7, dev=DEVICE, cat="kernel"):
+    args = {"device": dev, "stream": stream, "correlation": corr}
+    if ext is not None:
+        args["External id"] = ext
+    return x(name, cat, ts, dur, f"stream {stream}", dev, **args)
+
+
+def step(n, ts, dur, tid=456):
+    return x(f"ProfilerStep#{n}", "user_annotation", ts, dur, tid)
+
+
+def read(events, name="cuda.pt.trace.json") -> evidence.Trace:
+    return evidence.from_data(name, {"schemaVersion": 1, "traceEvents": events})
+
+
+# --- the peer: torch-tb-profiler's parser, on the same events in its categories --------------------------
+
+PLUGIN_CATEGORY = {"cuda_runtime": "Runtime", "cuda_driver": "Runtime"}
+
+
+def plugin(events):
+    """The installed torch-tb-profiler's reading of ``events``: its ``RunProfileData``, processed."""
+    data = pytest.importorskip("torch_tb_profiler.profiler.data")
+    logging.getLogger("torch.tb_profiler").setLevel(logging.ERROR)
+    theirs = []
+    for e in json.loads(json.dumps(events)):
+        if e["cat"] == "user_annotation" and not e["name"].startswith("ProfilerStep#"):
+            e["cat"] = "cpu_op"  # the plugin drops user_annotation ranges; the kit re-files them so (``traces``)
+        e["cat"] = PLUGIN_CATEGORY.get(e["cat"], e["cat"])
+        if "External id" in e["args"] and e["cat"] in ("kernel", "gpu_memcpy", "gpu_memset"):
+            e["args"]["external id"] = e["args"]["External id"]
+        theirs.append(e)
+    return data.RunProfileData.from_json("worker0", 0, {"schemaVersion": 1, "traceEvents": theirs})
+
+
+def plugin_role(profile, role: str) -> float:
+    """One role of the plugin's Overview, averaged over its steps (µs)."""
+    from torch_tb_profiler.profiler.event_parser import ProfileRole
+
+    return profile.avg_costs.costs[getattr(ProfileRole, role)]
+
+
+def plugin_device(profile) -> float:
+    """The plugin's device time per step: its kernel, copy and memset roles (merged, in that order)."""
+    return sum(plugin_role(profile, r) for r in ("Kernel", "Memcpy", "Memset"))
+
+
+def plugin_ops(profile) -> dict:
+    return {o.name: o for o in profile.op_list_groupby_name}
+
+
+def rows(trace, **options) -> dict[str, operators.Row]:
+    return {r.name: r for r in operators.table(trace, **options)}
+
+
+# --- 1. device work counts inside the profiled steps ------------------------------------------------------
+
+def kernels_outside_the_step():
+    """The plugin's test_gpu_utilization_kernel_out_of_step: one step (100–200 µs); two kernels launched
+    outside it run outside it (60–80 and 240–265 µs)."""
+    return [
+        op("aten::mat_mul", 10, 10, 1),
+        op("aten::mm", 120, 70, 3),
+        op("aten::mm", 220, 20, 4),
+        step(2, 100, 100),
+        kernel("void cunn_ClassNLLCriterion_updateGradInput_kernel<float>", 60, 20, 334, 1),
+        launch("cudaLaunchKernel", 15, 5, 334, 1),
+        kernel("void cunn_ClassNLLCriterion_updateGradInput_kernel<float>", 240, 25, 337, 4),
+        launch("cudaLaunchKernel", 230, 10, 337, 4),
+    ]
+
+
+def test_kernels_launched_and_run_outside_the_step_leave_the_device_idle():
+    trace = read(kernels_outside_the_step())
+    b = breakdown.of(trace)
+    assert b.step_ms * 1000 == 100
+    assert b.device_busy_ms == 0  # was 45 µs: 20 + 25 of kernels no step launched
+    assert b.host_ms["CPU ops"] * 1000 == 70  # aten::mm 120–190; the other two are outside the step
+    assert rows(trace)["aten::mm"].self_device_us == 0  # the aten::mm inside the step launched nothing
+    found = diagnosis.overview_findings(trace, b)
+    assert diagnosis.DEVICE_IDLE_NONE in [what for what, _ in found]
+    assert not any("busy only" in what for what, _ in found)
+    # the plugin agrees: no device time in the step, and a GPU utilization of 0
+    theirs = plugin(kernels_outside_the_step())
+    assert plugin_device(theirs) == 0
+    assert theirs.gpu_metrics_parser.gpu_utilization[DEVICE] == 0
+
+
+def test_the_overview_of_the_kernels_outside_the_step_says_the_device_is_idle():
+    pytest.importorskip("tensorboard")
+    from proflab.viewing import dashboard
+
+    shown = dashboard.overview(read(kernels_outside_the_step()))
+    assert shown["on_cuda"] and shown["device_busy_ms"] == 0
+    assert any("idle throughout the profiled steps" in f["what"] for f in shown["findings"])
+
+
+def all_categories():
+    """The plugin's test_all_categories: a DataLoader wait, an operator on another thread launching a copy,
+    a memset and a kernel, inside one step (50–450 µs)."""
+    return [
+        op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 180, 2, tid=123,
+           cat="user_annotation"),
+        op("aten::to", 200, 60, 3, tid=123),
+        op("aten::nll_loss_backward", 340, 70, 4),
+        step(1, 50, 400, tid=123),
+        kernel("Memcpy HtoD (Pageable -> Device)", 405, 10, 334, 4, cat="gpu_memcpy"),
+        launch("cudaMemcpyAsync", 360, 20, 334, 4),
+        kernel("Memset (Device)", 420, 5, 40344, 4, cat="gpu_memset"),
+        launch("cudaMemsetAsync", 390, 10, 40344, 4),
+        kernel("void cunn_ClassNLLCriterion_updateGradInput_kernel<float>", 430, 15, 40348, 4),
+        launch("cudaLaunchKernel", 405, 5, 40348, 4),
+    ]
+
+
+def test_copies_memsets_and_kernels_a_step_launched():
+    trace = read(all_categories())
+    b = breakdown.of(trace)
+    assert b.device_busy_ms * 1000 == 10 + 5 + 15  # copy 405–415, memset 420–425, kernel 430–445
+    assert b.host_ms["DataLoader wait"] * 1000 == 180
+    assert b.host_ms["CPU ops"] * 1000 == 70  # aten::nll_loss_backward (aten::to is inside the DataLoader's)
+    assert b.host_ms["other"] * 1000 == 400 - 180 - 70
+    mine = rows(trace, loading_apart=False)
+    nll = mine["aten::nll_loss_backward"]
+    assert (nll.calls, nll.cpu_total_us, nll.self_cpu_us, nll.self_device_us) == (1, 70, 70 - 20 - 10 - 5, 30)
+    theirs = plugin(all_categories())
+    assert plugin_device(theirs) * 1 == b.device_busy_ms * 1000
+    assert plugin_role(theirs, "DataLoader") == b.host_ms["DataLoader wait"] * 1000
+    peer = plugin_ops(theirs)["aten::nll_loss_backward"]
+    assert (peer.calls, peer.host_duration, peer.self_host_duration, peer.self_device_duration) == \
+        (nll.calls, nll.cpu_total_us, nll.self_cpu_us, nll.self_device_us)
+    # differs by definition: the plugin's CPU operators are what its device and runtime roles left over of
+    # the step (35 µs); the kit's are the host's own time in operators, runtime calls included (70 µs)
+    assert plugin_role(theirs, "CpuOp") == 35
+
+
+def overlapping_steps():
+    """The plugin's test_multiple_profilersteps_with_overlap: a kernel the warm-up launched (no launch in the
+    trace) still runs as step 1 begins; step 1's copy runs into step 2; step 2's kernel after it."""
+    return [
+        step(1, 100, 200, tid=123),
+        op("aten::to", 200, 60, 2, tid=123),
+        step(2, 350, 150, tid=123),
+        op("aten::mm", 360, 50, 4, tid=123),
+        kernel("void cunn_ClassNLLCriterion_updateGradInput_kernel<float>", 150, 90, 123, 0),
+        kernel("Memcpy HtoD (Pageable -> Device)", 280, 100, 334, 2, cat="gpu_memcpy"),
+        launch("cudaMemcpyAsync", 250, 5, 334, 2, tid=123),
+        kernel("void cunn_ClassNLLCriterion_updateGradInput_kernel<float>", 410, 200, 40348, 4),
+        launch("cudaLaunchKernel", 400, 5, 40348, 4, tid=123),
+    ]
+
+
+def test_work_belongs_to_the_step_that_launched_it_counted_whole():
+    trace = read(overlapping_steps())
+    b = breakdown.of(trace)
+    # step 1: its copy (280–380, whole, past its end at 300); step 2: its kernel (410–610, past 500); the
+    # warm-up's kernel (150–240, no launch in the trace) is no step's
+    assert b.device_busy_ms * 1000 == (100 + 200) / 2
+    assert [(e.ts, i) for e, i in device.step_work(trace)] == [(280, 0), (410, 1)]
+    assert b.step_ms * 1000 == (200 + 150) / 2
+    assert rows(trace)["aten::mm"].self_device_us == 200
+    # the plugin counts the same work in the same steps (it stretches each step to hold it: its Total
+    # differs, the kit's step is the host's)
+    theirs = plugin(overlapping_steps())
+    assert [s.costs[0] + s.costs[1] + s.costs[2] for s in theirs.steps_costs] == [100, 200]
+    assert plugin_device(theirs) == b.device_busy_ms * 1000
+
+
+def overlapping_kernels():
+    """Two operators launching onto two streams: their kernels overlap on the device."""
+    return [
+        step(1, 0, 100),
+        op("aten::mm", 10, 10, 1),
+        launch("cudaLaunchKernel", 12, 4, 11, 1),
+        op("aten::add", 20, 10, 2),
+        launch("cudaLaunchKernel", 22, 4, 12, 2),
+        kernel("gemm", 30, 40, 11, 1, stream=7),
+        kernel("add_kernel", 40, 50, 12, 2, stream=8),
+    ]
+
+
+def test_overlapping_kernels_count_once_in_busy_and_each_to_its_operator():
+    trace = read(overlapping_kernels())
+    assert breakdown.of(trace).device_busy_ms * 1000 == 90 - 30  # 30–70 and 40–90 merged
+    mine = rows(trace)
+    assert (mine["aten::mm"].self_device_us, mine["aten::add"].self_device_us) == (40, 50)
+    theirs = plugin(overlapping_kernels())
+    assert plugin_device(theirs) == 60
+    assert {n: o.self_device_duration for n, o in plugin_ops(theirs).items()} == {"aten::mm": 40, "aten::add": 50}
+
+
+def two_devices():
+    """The plugin's test_runtime_launch_multipe_kernels: one launch puts a kernel on each of two GPUs."""
+    return [
+        step(1, 0, 400),
+        op("Broadcast", 100, 300, 2),
+        launch("cudaLaunchCooperativeKernelMultiDevice", 130, 20, 335, 2),
+        kernel("ncclBroadcastRingLLKernel_copy_i8(ncclColl)", 160, 120318, 335, 2, stream=13, dev=0),
+        kernel("ncclBroadcastRingLLKernel_copy_i8(ncclColl)", 170, 132800, 335, 2, stream=22, dev=1),
+    ]
+
+
+def test_two_devices_busy_is_the_time_either_works():
+    trace = read(two_devices())
+    assert breakdown.of(trace).device_busy_ms * 1000 == (170 + 132800) - 160  # either device working
+    assert rows(trace)["Broadcast"].self_device_us == 120318 + 132800  # each device's time, summed
+    theirs = plugin(two_devices())
+    assert plugin_ops(theirs)["Broadcast"].device_duration == 120318 + 132800
+    assert plugin_role(theirs, "Kernel") == (170 + 132800) - 160
