@@ -257,3 +257,67 @@ def test_two_devices_busy_is_the_time_either_works():
     theirs = plugin(two_devices())
     assert plugin_ops(theirs)["Broadcast"].device_duration == 120318 + 132800
     assert plugin_role(theirs, "Kernel") == (170 + 132800) - 160
+
+
+# --- 2. every launch links its work to its operator: runtime, driver, CUDA graphs -------------------------
+
+def driver_launches():
+    """torch.compile's step: an operator launches one kernel through the runtime and one through the driver
+    (Triton's cuLaunchKernel), and a compiled region's driver call runs inside no operator, directly in the
+    step (recorded here without the External id torch gives it)."""
+    return [
+        step(1, 0, 200),
+        op("aten::mm", 10, 50, 1),
+        launch("cudaLaunchKernel", 15, 5, 10, 1),
+        launch("cuLaunchKernel", 30, 5, 11, 1, cat="cuda_driver"),
+        launch("cuLaunchKernel", 100, 20, 12, cat="cuda_driver"),
+        kernel("gemm", 100, 15, 10, 1),
+        kernel("triton_poi_fused_add_0", 120, 15, 11),
+        kernel("triton_poi_fused_mul_1", 140, 10, 12),
+    ]
+
+
+def test_a_driver_launch_gives_its_operator_its_device_time():
+    trace = read(driver_launches())
+    mine = rows(trace)
+    assert mine["aten::mm"].self_device_us == 15 + 15  # was 15: the driver's kernel was lost
+    assert mine["aten::mm"].self_cpu_us == 50 - 5 - 5  # both launches are its children
+    # a launch inside no operator is the step's, as torch links it (its External id is the step's range)
+    assert mine["ProfilerStep*"].self_device_us == 10
+    assert mine["cuLaunchKernel"].calls == 2
+    b = breakdown.of(trace)
+    assert b.device_busy_ms * 1000 == 15 + 15 + 10
+    assert b.host_ms["CPU ops"] * 1000 == 50 + 20  # the driver call outside aten::mm is launching, not Python
+    assert b.host_ms["other"] * 1000 == 200 - 70
+    # the plugin, reading a driver call as it reads a runtime call, links the same kernels
+    theirs = plugin(driver_launches())
+    assert plugin_ops(theirs)["aten::mm"].self_device_duration == 30
+    assert plugin_device(theirs) == 40
+
+
+def graph_launch():
+    """A CUDA graph replayed: one cudaGraphLaunch, three kernels under its correlation."""
+    return [
+        step(1, 0, 100),
+        op("aten::_graph_replay", 10, 20, 7, cat="user_annotation"),
+        launch("cudaGraphLaunch", 12, 10, 70, 7),
+        kernel("k0", 30, 10, 70, 7),
+        kernel("k1", 40, 10, 70, 7),
+        kernel("k2", 45, 20, 70, 7, stream=8),
+    ]
+
+
+def test_a_cuda_graph_launch_gives_its_operator_every_kernel_of_the_graph():
+    trace = read(graph_launch())
+    assert rows(trace)["aten::_graph_replay"].self_device_us == 10 + 10 + 20
+    assert breakdown.of(trace).device_busy_ms * 1000 == 65 - 30
+    theirs = plugin(graph_launch())
+    assert plugin_ops(theirs)["aten::_graph_replay"].self_device_duration == 40
+    assert plugin_device(theirs) == 35
+
+
+def test_a_launch_without_an_external_id_goes_to_the_operator_around_it():
+    events = [step(1, 0, 100), op("aten::add", 10, 30, 3), launch("cudaLaunchKernel", 15, 5, 30),
+              launch("cuLaunchKernel", 25, 5, 31, cat="cuda_driver"),
+              kernel("add_kernel", 50, 10, 30), kernel("triton_add", 60, 5, 31)]
+    assert rows(read(events))["aten::add"].self_device_us == 10 + 5

@@ -9,7 +9,9 @@ that never overlap, taken in this order:
     syncs             the host waiting on the device or reading a value back:
                       ``cuda*Synchronize`` and ``aten::_local_scalar_dense``
                       (what ``.item()`` runs)
-    CPU ops           any other recorded operator or ``record_function`` range
+    CPU ops           any other recorded operator or ``record_function`` range,
+                      and the calls that launch device work (CUDA runtime
+                      and driver)
     other             the rest: Python between operators, the profiler's own work
 
 Device time (kernels, copies, memsets on the GPU) runs alongside the host and
@@ -28,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import device as device_work
-from .trace import DATALOADER_PREFIX, Event, Trace
+from .trace import DATALOADER_PREFIX, LAUNCH_CATEGORIES, Event, Trace
 
 HOST_PARTS = ("DataLoader wait", "syncs", "CPU ops", "other")
 # What each part is called where a learner reads it (the report, its charts, the Profile tab).
@@ -37,8 +39,10 @@ LABELS = {"DataLoader wait": "DataLoader wait", "syncs": "host reads and syncs",
 SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
               "aten::_local_scalar_dense")
 # Python's own frames (a trace recorded with_stack) are not operators: the time inside them that no operator
-# covers is Python between operators, as it is in a trace without them.
-HOST_OP_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime")
+# covers is Python between operators, as it is in a trace without them. A launch is the host's work for the
+# operator that makes it, through the CUDA runtime or the driver (cuLaunchKernel: Triton, torch.compile),
+# inside an operator or not.
+HOST_OP_CATEGORIES = ("cpu_op", "user_annotation", *LAUNCH_CATEGORIES)
 
 Interval = tuple[float, float]
 
