@@ -321,3 +321,71 @@ def test_a_launch_without_an_external_id_goes_to_the_operator_around_it():
               launch("cuLaunchKernel", 25, 5, 31, cat="cuda_driver"),
               kernel("add_kernel", 50, 10, 30), kernel("triton_add", 60, 5, 31)]
     assert rows(read(events))["aten::add"].self_device_us == 10 + 5
+
+
+# --- 3. nested operators of one name: as key_averages counts them -----------------------------------------
+
+def nested_same_name():
+    """The plugin's test_remove_dup_nodes: three nested aten::mm (an operator dispatching to itself), the
+    innermost launching a kernel."""
+    return [
+        step(1, 0, 300),
+        op("aten::mm", 100, 100, 2),
+        op("aten::mm", 110, 80, 3),
+        op("aten::mm", 120, 60, 4),
+        launch("cudaLaunchKernel", 130, 20, 335, 4),
+        kernel("void gemmSN_TN_kernel_64addr", 220, 8, 335, 4),
+    ]
+
+
+def test_nested_operators_of_one_name_are_one_call_as_key_averages_counts_them():
+    mm = rows(read(nested_same_name()))["aten::mm"]
+    # was 3 calls and 100 + 80 + 60 = 240 µs for 100 µs of wall time
+    assert (mm.calls, mm.cpu_total_us, mm.self_cpu_us, mm.self_device_us) == (1, 100, 100 - 20, 8)
+    peer = plugin_ops(plugin(nested_same_name()))["aten::mm"]
+    assert (peer.calls, peer.host_duration, peer.self_host_duration, peer.self_device_duration) == (1, 100, 80, 8)
+
+
+def test_two_children_of_one_name_stay_two_calls_as_torch_keeps_them():
+    events = [step(1, 0, 300), op("two", 10, 100, 1), op("two", 20, 30, 2), op("two", 60, 40, 3)]
+    two = rows(read(events))["two"]
+    assert (two.calls, two.cpu_total_us, two.self_cpu_us) == (3, 100 + 30 + 40, 100 - 30 - 40 + 30 + 40)
+
+
+def test_the_table_matches_key_averages_on_a_real_profile_of_nested_ranges(tmp_path):
+    """torch's own key_averages, on this machine's CPU: a range nested in itself as an only child is one
+    call; two children of one name under it are calls of their own; a name nested under another name is."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    def spin(seconds):
+        began = time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            pass
+
+    path = tmp_path / "nested.pt.trace.json"
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=1, repeat=1),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for _ in range(2):
+            with record_function("same"):
+                spin(0.001)
+                with record_function("same"):
+                    with record_function("same"):
+                        torch.ones(4).sum()
+            with record_function("two"):
+                with record_function("two"):
+                    spin(0.001)
+                with record_function("two"):
+                    spin(0.001)
+            with record_function("a"), record_function("b"), record_function("a"):
+                spin(0.001)
+            prof.step()
+    theirs = {e.key: e for e in prof.key_averages()}
+    mine = rows(evidence.load(path), loading_apart=False)
+    for name in ("same", "two", "a", "b", "aten::sum", "aten::ones"):
+        assert mine[name].calls == theirs[name].count, name
+        assert mine[name].cpu_total_us == pytest.approx(theirs[name].cpu_time_total, abs=2), name
+        assert mine[name].self_cpu_us == pytest.approx(theirs[name].self_cpu_time_total, abs=2), name
+    assert (mine["same"].calls, mine["two"].calls, mine["a"].calls) == (1, 3, 2)
