@@ -389,3 +389,106 @@ def test_the_table_matches_key_averages_on_a_real_profile_of_nested_ranges(tmp_p
         assert mine[name].cpu_total_us == pytest.approx(theirs[name].cpu_time_total, abs=2), name
         assert mine[name].self_cpu_us == pytest.approx(theirs[name].self_cpu_time_total, abs=2), name
     assert (mine["same"].calls, mine["two"].calls, mine["a"].calls) == (1, 3, 2)
+
+
+# --- 4. data loading and communication, each defined once -------------------------------------------------
+
+def datapipe():
+    """A step that iterates a DataPipe (torchdata) before its forward pass."""
+    return [
+        step(1, 0, 100),
+        op("enumerate(DataPipe)#ShufflerIterDataPipe", 10, 30, 1, cat="user_annotation"),
+        op("enumerate(DataPipe)#MapperIterDataPipe", 15, 20, 2, cat="user_annotation"),
+        op("aten::stack", 20, 10, 3),
+        op("aten::mm", 50, 20, 4),
+        launch("cudaLaunchKernel", 55, 5, 40, 4),
+        kernel("gemm", 60, 30, 40, 4),
+    ]
+
+
+def test_a_datapipe_iteration_is_data_loading():
+    trace = read(datapipe())
+    b = breakdown.of(trace)
+    assert b.host_ms["DataLoader wait"] * 1000 == 30  # was read as CPU operators
+    assert b.host_ms["CPU ops"] * 1000 == 20
+    assert evidence.dataloader_wait(trace).value * 1000 == 30
+    assert "aten::stack (in data loading)" in rows(trace)  # the pipe's own operators are the loader's
+    theirs = plugin(datapipe())
+    assert plugin_role(theirs, "DataLoader") == 30  # the plugin reads DataPipe ranges as data loading too
+
+
+def nccl_rank(rank: int):
+    """The plugin's test_distributed_nccl, one rank, with the step (0–235 µs) torch 2.x would record: a
+    broadcast and an all-reduce queued by ``nccl:`` ranges on the host, their kernels on the device. As in
+    the plugin's test no launch is recorded, so the device's work counts by time, clipped to the step."""
+    host = {0: [(0, 75), (100, 20), (160, 75)], 1: [(0, 20), (25, 20), (160, 75)]}[rank]
+    device = {0: [(16, 16), (130, 161), (162, 1556)], 1: [(8, 31), (30, 161), (562, 1058)]}[rank]
+    return [
+        step(1, 0, 235, tid=23803),
+        op("nccl:broadcast", *host[0], 146, tid=23803),
+        kernel("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclWorkElem)", *device[0], 28506, 146, stream=16),
+        op("aten::add_", *host[1], 24504, tid=23803),
+        kernel("void at::native::vectorized_elementwise_kernel", *device[1], 99765, 24504),
+        op("nccl:all_reduce", *host[2], 2513, tid=25166),
+        kernel("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", *device[2], 33218, 2513, stream=16),
+    ]
+
+
+def test_nccl_communication_is_its_kernels_and_device_busy_stays_in_the_step():
+    zero, one = (breakdown.of(read(nccl_rank(r))) for r in (0, 1))
+    # rank 0: kernels 16–32, 130–291, 162–1718 clipped to 0–235: 16–32 and 130–235 (was 1,604 µs)
+    assert zero.device_busy_ms * 1000 == 16 + 105
+    # its communication: the NCCL kernels 16–32 and 162–235, not the host's nccl: ranges (0–75, 160–235)
+    assert zero.comm_ms * 1000 == 16 + 73
+    # the nccl: ranges are the host's time queuing the kernels: CPU operators, with aten::add_
+    assert zero.host_ms["CPU ops"] * 1000 == 75 + 20 + 75
+    assert one.device_busy_ms * 1000 == 191 - 8  # 8–39 and 30–191 merged; 562–1620 is past the step
+    assert one.comm_ms * 1000 == 31
+    # differs by definition: the plugin counts the host's nccl: ranges as communication (0–75 and 160–235
+    # with the kernels: 150 µs on rank 0); the kit keeps NCCL's kernels, as its documentation says
+    theirs = plugin(nccl_rank(0))
+    assert theirs.comm_overlap_costs[0].communication == 75 + 75
+    assert plugin_role(theirs, "Kernel") == 105  # its compute kernels in the step agree: 130–235
+
+
+def nccl_launched():
+    """NCCL as torch 2.x records it: the all-reduce's kernel launched inside its nccl: range, and run long
+    after the host moved on."""
+    return [
+        step(1, 0, 300),
+        op("c10d::allreduce_", 100, 60, 5),
+        op("nccl:all_reduce", 110, 40, 6, cat="user_annotation"),
+        launch("cudaLaunchKernel", 120, 10, 60, 6),
+        kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", 200, 500, 60, 6,
+               stream=16),
+    ]
+
+
+def test_nccl_kernels_launched_in_the_step_count_whole_as_its_communication():
+    b = breakdown.of(read(nccl_launched()))
+    assert b.comm_ms * 1000 == 500 and b.device_busy_ms * 1000 == 500  # the kernel, whole (200–700)
+    assert rows(read(nccl_launched()))["nccl:all_reduce"].self_device_us == 500
+
+
+def gloo_rank():
+    """The plugin's test_distributed_gloo_gpu, rank 0, with its step (0–156 µs): gloo's collectives run on the
+    host, on two threads."""
+    return [
+        step(1, 0, 156, tid=23800),
+        op("gloo:broadcast", 16, 38, 165, tid=23803),
+        op("gloo:broadcast", 25, 36, 166, tid=23805),
+        op("gloo:broadcast", 66, 18, 167, tid=23803),
+        op("aten::add_", 0, 20, 24504, tid=23800),
+        kernel("void at::native::vectorized_elementwise_kernel", 30, 101, 99765, 24504),
+        op("gloo:all_reduce", 110, 18, 2513, tid=23805),
+        op("gloo:all_reduce", 120, 36, 2516, tid=23803),
+    ]
+
+
+def test_gloo_communication_is_the_time_its_ranges_cover_in_the_step():
+    b = breakdown.of(read(gloo_rank()))
+    assert b.comm_ms * 1000 == (61 - 16) + (84 - 66) + (156 - 110)
+    assert b.device_busy_ms * 1000 == 101  # no launch recorded: by time, 30–131, inside the step
+    theirs = plugin(gloo_rank())
+    assert theirs.comm_overlap_costs[0].communication == b.comm_ms * 1000  # the plugin agrees
+    assert plugin_role(theirs, "Kernel") == b.device_busy_ms * 1000

@@ -5,7 +5,8 @@ breakdown is what the kit shows instead (as a TensorBoard image and in the
 text report). Host time inside each ``ProfilerStep#`` is split into parts
 that never overlap, taken in this order:
 
-    DataLoader wait   inside ``enumerate(DataLoader)#…__next__``
+    DataLoader wait   inside ``enumerate(DataLoader)#…__next__``, or a DataPipe's
+                      ``enumerate(DataPipe)#…`` (data loading either way)
     syncs             the host waiting on the device or reading a value back:
                       ``cuda*Synchronize`` and ``aten::_local_scalar_dense``
                       (what ``.item()`` runs)
@@ -21,8 +22,10 @@ whole for the step whose host range holds its launch call, however late it
 ran (``device``'s rule; work launched outside the steps is not counted); so is
 communication between the ranks of a distributed job (``comm_ms``): the time
 covered by collectives as their backend runs them (``gloo:all_reduce`` ranges
-on gloo's threads, ``nccl…`` kernels on the device), which overlaps the
-backward pass it serves.
+on gloo's threads, inside the steps; NCCL's ``nccl…`` kernels on the device,
+by the device's rule), which overlaps the backward pass it serves. A
+``nccl:all_reduce`` range on the host is not communication: it only queues
+the kernels (it is the CPU operators' time).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import device as device_work
-from .trace import DATALOADER_PREFIX, LAUNCH_CATEGORIES, Event, Trace
+from .trace import LAUNCH_CATEGORIES, LOADING_PREFIXES, Event, Trace
 
 HOST_PARTS = ("DataLoader wait", "syncs", "CPU ops", "other")
 # What each part is called where a learner reads it (the report, its charts, the Profile tab).
@@ -95,17 +98,19 @@ def _clip(events: list[Event], step: Event) -> list[Interval]:
 
 def of(trace: Trace) -> Breakdown:
     steps = trace.steps
-    dataloader = [e for e in trace.events if e.name.startswith(DATALOADER_PREFIX)]
+    dataloader = [e for e in trace.events if e.name.startswith(LOADING_PREFIXES)]
     syncs = [e for e in trace.events if e.name in SYNC_NAMES]
     ops = [e for e in trace.events if e.cat in HOST_OP_CATEGORIES and not e.name.startswith("ProfilerStep#")
-           and not e.name.startswith(DATALOADER_PREFIX) and e.name not in SYNC_NAMES]
-    device = _merge([(e.ts, e.end) for e, _ in device_work.step_work(trace)])
-    comm = [e for e in trace.events if _is_collective(e)]
+           and not e.name.startswith(LOADING_PREFIXES) and e.name not in SYNC_NAMES]
+    work = device_work.step_work(trace)
+    device = _merge([(e.ts, e.end) for e, _ in work])
+    comm = [e for e in trace.events if _is_host_collective(e)]
+    talking_on_device = [(e.ts, e.end) for e, _ in work if _is_device_collective(e)]
 
     totals = dict.fromkeys(HOST_PARTS, 0.0)
-    talking = 0.0
+    talking: list[Interval] = list(talking_on_device)
     for step in steps:
-        talking += _length(_clip(comm, step))
+        talking += _clip(comm, step)
         taken: list[Interval] = []
         for part, events in (("DataLoader wait", dataloader), ("syncs", syncs), ("CPU ops", ops)):
             mine = _subtract(_clip(events, step), taken)
@@ -118,14 +123,19 @@ def of(trace: Trace) -> Breakdown:
         host_ms={part: value / n / 1000.0 for part, value in totals.items()},
         device_busy_ms=_length(device) / n / 1000.0,
         steps=n,
-        comm_ms=talking / n / 1000.0,
+        comm_ms=_length(_merge(talking)) / n / 1000.0,
     )
 
 
 # How a collective shows in a trace as its backend runs it: gloo's ranges on its own threads, NCCL's kernels.
-COLLECTIVE_PREFIXES = ("gloo:", "nccl:")
+# (NCCL's ``nccl:all_reduce`` range on the host only queues its kernels: it is no communication.)
+COLLECTIVE_PREFIXES = ("gloo:",)
+DEVICE_COLLECTIVE_PREFIX = "nccl"
 
 
-def _is_collective(e: Event) -> bool:
-    return (e.cat in ("user_annotation", "cpu_op") and e.name.startswith(COLLECTIVE_PREFIXES)) or \
-        (e.cat == "kernel" and e.name.startswith("nccl"))
+def _is_host_collective(e: Event) -> bool:
+    return e.cat in ("user_annotation", "cpu_op") and e.name.startswith(COLLECTIVE_PREFIXES)
+
+
+def _is_device_collective(e: Event) -> bool:
+    return e.cat == "kernel" and e.name.startswith(DEVICE_COLLECTIVE_PREFIX)

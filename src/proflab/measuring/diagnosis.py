@@ -25,7 +25,7 @@ from . import breakdown
 from .memory import growth
 from .metrics.allreduce_traffic import ALLREDUCE_OPS, allreduce_calls
 from .metrics.host_syncs import HostReads, counts_text, host_reads, placement
-from .trace import DATALOADER_PREFIX, Event, Trace, TraceError, aten_ops
+from .trace import LOADING_PREFIXES, Event, Trace, TraceError, aten_ops
 
 # --- the Overview's findings (the Profile tab, for a lab's runs and any other) ----------------------------
 
@@ -182,7 +182,7 @@ def _loader(trace: Trace, b: breakdown.Breakdown) -> Finding | None:
     share = b.share("DataLoader wait")
     if share < SHARE["DataLoader wait"]:
         return None
-    names = Counter(e.name for e in trace.within_steps(lambda e: e.name.startswith(DATALOADER_PREFIX)))
+    names = Counter(e.name for e in trace.within_steps(lambda e: e.name.startswith(LOADING_PREFIXES)))
     seen = ", ".join(names) or "enumerate(DataLoader)#…__next__"
     multi = any("MultiProcessing" in n for n in names)
     what = (f"The loop waits {_ms('DataLoader wait', b):.1f} ms of each {b.step_ms:.1f} ms step for its next "
@@ -192,7 +192,7 @@ def _loader(trace: Trace, b: breakdown.Breakdown) -> Finding | None:
             "persistent_workers=True (workers kept between epochs), a larger prefetch_factor; less work per "
             "sample (decode once, cache); pin_memory=True on CUDA.")
     where = f"Trace timeline: {seen} in each ProfilerStep#; Profile › Overview, DataLoader wait"
-    loading = [e for e in trace.events if e.name.startswith(DATALOADER_PREFIX)]
+    loading = [e for e in trace.events if e.name.startswith(LOADING_PREFIXES)]
     lines = code_of(trace, lambda: trace.within_steps(lambda e: e.cat == "cpu_op" and any(
         d.pid == e.pid and d.tid == e.tid and d.ts <= e.ts < d.end for d in loading)), "operators")
     if lines:

@@ -31,7 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from .trace import DATALOADER_PREFIX, DEVICE_CATEGORIES, LAUNCH_CATEGORIES, Trace
+from .trace import DEVICE_CATEGORIES, LAUNCH_CATEGORIES, LOADING_PREFIXES, Trace
 from ..running.storage import LOADING_RANGES
 
 HOST_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
@@ -103,7 +103,7 @@ def _events(trace: Trace, loading_apart: bool = True) -> _Host:
             stack.pop()
         loading = bool(stack) and stack[-1][2]
         parents.append(stack[-1][3] if stack else None)
-        stack.append((thread, ts + dur, loading or e["name"].startswith(DATALOADER_PREFIX), k))
+        stack.append((thread, ts + dur, loading or e["name"].startswith(LOADING_PREFIXES), k))
         names.append(_name(e["name"]) + (IN_LOADING if loading and loading_apart else ""))
         durs.append(dur)
     children: list[list[int]] = [[] for _ in inside]

@@ -23,6 +23,10 @@ from typing import Any, Callable
 
 # The name of the range the profiler opens around each DataLoader.__next__ of a training loop.
 DATALOADER_PREFIX = "enumerate(DataLoader)#"
+# ... and around each step of a DataPipe's iteration (torchdata's pipes, with a DataLoader or without one).
+DATAPIPE_PREFIX = "enumerate(DataPipe)#"
+# The ranges of data loading: the step waiting for its next batch.
+LOADING_PREFIXES = (DATALOADER_PREFIX, DATAPIPE_PREFIX)
 # The range torch records around every optimizer.step() (its hooks run inside it).
 OPTIMIZER_PREFIX = "Optimizer.step#"
 # Trace categories of the work a GPU does: kernels, copies, memsets.
