@@ -492,3 +492,23 @@ def test_gloo_communication_is_the_time_its_ranges_cover_in_the_step():
     theirs = plugin(gloo_rank())
     assert theirs.comm_overlap_costs[0].communication == b.comm_ms * 1000  # the plugin agrees
     assert plugin_role(theirs, "Kernel") == b.device_busy_ms * 1000
+
+
+# --- 5. a trace from an unsupported torch is refused, saying what it lacks --------------------------------
+
+def test_a_torch_1_trace_is_refused_naming_what_is_missing():
+    """The plugin's own test traces are torch 1.8's: Operator, Runtime, Kernel, Memcpy. Read as torch 2.x's
+    they would hold no operator and no launch; the kit refuses them, naming the missing cpu_op."""
+    old = [dict(e, cat={"cpu_op": "Operator", "user_annotation": "Operator", "cuda_runtime": "Runtime",
+                        "kernel": "Kernel", "gpu_memcpy": "Memcpy", "gpu_memset": "Memset"}[e["cat"]])
+           for e in all_categories()]
+    with pytest.raises(evidence.TraceError, match=r"no cpu_op events.*Kernel, Memcpy, Memset, Operator, Runtime"):
+        read(old)
+    # the same events in torch 2.x's categories are read
+    assert read(all_categories()).steps
+
+
+def test_a_trace_of_steps_without_operators_is_still_read():
+    """A 2.x trace whose steps ran no operator (a loop of sleeps) has no cpu_op either: not refused."""
+    trace = read([step(1, 0, 100), x("time.sleep", "python_function", 10, 50)])
+    assert breakdown.of(trace).host_ms["other"] * 1000 == 100
