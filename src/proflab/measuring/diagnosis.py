@@ -25,7 +25,7 @@ from . import breakdown
 from .memory import growth
 from .metrics.allreduce_traffic import ALLREDUCE_OPS, allreduce_calls
 from .metrics.host_syncs import HostReads, counts_text, host_reads, placement
-from .trace import DATALOADER_PREFIX, Event, Trace, TraceError, aten_ops
+from .trace import LOADING_PREFIXES, Event, Trace, TraceError, aten_ops
 
 # --- the Overview's findings (the Profile tab, for a lab's runs and any other) ----------------------------
 
@@ -55,8 +55,16 @@ COMM_TRY = ("Let DDP skip the all-reduce on every micro-batch but the last (mode
 COMM_SHARE = 0.3  # communication this large a share of the step gets a finding
 DDP_FORWARD = "DistributedDataParallel.forward"
 DEVICE_IDLE = "The device is busy only {busy:.0%} of each step: it waits for the host."
+# Busy counts what the steps launched (``device``): none of it at all, the device sat idle through them.
+DEVICE_IDLE_NONE = ("The device is idle throughout the profiled steps: no kernel, copy or memset launched inside them "
+                    "ran; it waits for the host.")
 DEVICE_IDLE_TRY = "Look at the host parts above, and at what launches the kernels."
 DEVICE_IDLE_BELOW = 0.5
+
+
+def device_idle_text(b: breakdown.Breakdown) -> str:
+    """What the device-idle finding says: the share of each step the device works, or that it never did."""
+    return DEVICE_IDLE_NONE if b.device_busy_ms <= 0 else DEVICE_IDLE.format(busy=b.device_busy_ms / b.step_ms)
 
 
 def syncs_between_micro_batches(trace: Trace) -> bool:
@@ -85,7 +93,7 @@ def overview_findings(trace: Trace, b: breakdown.Breakdown | None = None,
     if comm is not None and b.step_ms and b.comm_ms / b.step_ms >= COMM_SHARE and syncs_between_micro_batches(trace):
         found.append((COMM.format(share=b.comm_ms / b.step_ms, calls=comm.summary), COMM_TRY))
     if trace.on_cuda and b.step_ms and b.device_busy_ms / b.step_ms < DEVICE_IDLE_BELOW:
-        found.append((DEVICE_IDLE.format(busy=b.device_busy_ms / b.step_ms), DEVICE_IDLE_TRY))
+        found.append((device_idle_text(b), DEVICE_IDLE_TRY))
     return found
 
 
@@ -174,7 +182,7 @@ def _loader(trace: Trace, b: breakdown.Breakdown) -> Finding | None:
     share = b.share("DataLoader wait")
     if share < SHARE["DataLoader wait"]:
         return None
-    names = Counter(e.name for e in trace.within_steps(lambda e: e.name.startswith(DATALOADER_PREFIX)))
+    names = Counter(e.name for e in trace.within_steps(lambda e: e.name.startswith(LOADING_PREFIXES)))
     seen = ", ".join(names) or "enumerate(DataLoader)#…__next__"
     multi = any("MultiProcessing" in n for n in names)
     what = (f"The loop waits {_ms('DataLoader wait', b):.1f} ms of each {b.step_ms:.1f} ms step for its next "
@@ -184,7 +192,7 @@ def _loader(trace: Trace, b: breakdown.Breakdown) -> Finding | None:
             "persistent_workers=True (workers kept between epochs), a larger prefetch_factor; less work per "
             "sample (decode once, cache); pin_memory=True on CUDA.")
     where = f"Trace timeline: {seen} in each ProfilerStep#; Profile › Overview, DataLoader wait"
-    loading = [e for e in trace.events if e.name.startswith(DATALOADER_PREFIX)]
+    loading = [e for e in trace.events if e.name.startswith(LOADING_PREFIXES)]
     lines = code_of(trace, lambda: trace.within_steps(lambda e: e.cat == "cpu_op" and any(
         d.pid == e.pid and d.tid == e.tid and d.ts <= e.ts < d.end for d in loading)), "operators")
     if lines:
@@ -277,7 +285,7 @@ def _device_idle(trace: Trace, b: breakdown.Breakdown) -> Finding | None:
     if not trace.on_cuda or not b.step_ms or b.device_busy_ms / b.step_ms >= DEVICE_IDLE_BELOW:
         return None
     idle = b.step_ms - b.device_busy_ms
-    return Finding("device_idle", "Device idle", DEVICE_IDLE.format(busy=b.device_busy_ms / b.step_ms),
+    return Finding("device_idle", "Device idle", device_idle_text(b),
                    "Trace timeline: the gaps in the GPU's stream lanes under each ProfilerStep#", DEVICE_IDLE_TRY +
                    " The findings above say what the host does meanwhile.", idle, idle / b.step_ms)
 

@@ -21,8 +21,8 @@ from .metrics.indexing_ops import measure as indexing_ops
 from .metrics.memory_growth import measure as memory_growth
 from .metrics.op_count import VIEW_OPS
 from .metrics.op_count import measure as op_count
-from .trace import (DATALOADER_PREFIX, DEVICE_CATEGORIES, Event, Measure, Trace, TraceError, aten_ops, from_data,
-                    load, numel, outermost, union_length)
+from .trace import (DATALOADER_PREFIX, DEVICE_CATEGORIES, LOADING_PREFIXES, Event, Measure, Trace, TraceError,
+                    aten_ops, from_data, load, numel, outermost, union_length)
 from .work import flops, hidden_convolutions, other_shapes, work_flops, work_shapes
 
 # The names these helpers had when they were private to this module.
@@ -31,7 +31,8 @@ _union_length = union_length
 
 __all__ = [
     "METRICS", "MODULES", "measure",
-    "Event", "Measure", "Trace", "TraceError", "load", "from_data", "DATALOADER_PREFIX", "DEVICE_CATEGORIES",
+    "Event", "Measure", "Trace", "TraceError", "load", "from_data", "DATALOADER_PREFIX", "LOADING_PREFIXES",
+    "DEVICE_CATEGORIES",
     "aten_ops", "numel", "outermost", "union_length", "_outermost", "_union_length",
     "dataloader_wait", "indexing_ops", "op_count", "elementwise_traffic", "host_syncs", "memory_growth",
     "allreduce_traffic", "allreduce_calls",

@@ -9,10 +9,13 @@ the same table from the trace file it wrote, so that the kit's offline views
   groups them), taken inside the profiled steps;
 * **Self CPU**: an event's time less that of the events directly inside it on
   its thread, as key_averages' Self CPU column counts it; **CPU total**: its
-  whole time;
+  whole time; an event that is the only child of one of its own name is that
+  one again (torch's ``_remove_dup_nodes``), not a call of its own;
 * on CUDA, **Self device**: the kernels, copies and memsets an operator
-  launched (linked by the runtime call's ``correlation`` to the operator's
-  ``External id``), as key_averages' Self CUDA column counts them;
+  launched inside the profiled steps (linked by the launch's ``correlation``,
+  a CUDA runtime or driver call, to the operator's ``External id``), as
+  key_averages' Self CUDA column counts them, wherever they ran
+  (``measuring.device``);
 * an operator run inside the DataLoader's ``__next__`` (a data set's own
   convolution, its collate) is the loader's, not the model's: its row is
   named apart, ``aten::conv2d (in data loading)``, so that neither the table
@@ -28,7 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from .trace import DATALOADER_PREFIX, DEVICE_CATEGORIES, Trace
+from .trace import DEVICE_CATEGORIES, LAUNCH_CATEGORIES, LOADING_PREFIXES, Trace
 from ..running.storage import LOADING_RANGES
 
 HOST_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
@@ -53,10 +56,31 @@ def _name(raw_name: str) -> str:
     return STEP if raw_name.startswith("ProfilerStep#") else raw_name
 
 
-def _events(trace: Trace, loading_apart: bool = True) -> tuple[list[dict], list[tuple[str, int, list[float], float]]]:
-    """The host events inside the profiled steps, and for each (in order): its name (``IN_LOADING`` after it
-    inside the DataLoader's ``__next__``, where ``loading_apart``), the step it falls in, its self time (a
-    one-item list, filled in as its children are met) and its whole time."""
+class _Host:
+    """The host events inside the profiled steps, in time order per thread, and what the table needs of each
+    (lists aligned by index): its row's name, the step it falls in, its self time, its whole time, the event
+    it runs directly inside on its thread (its index; None for none), and whether it is counted (``kept``)."""
+
+    def __init__(self, events: list[dict], names: list[str], at: list[int], own: list[float], dur: list[float],
+                 parents: list[int | None], kept: list[bool]):
+        self.events, self.names, self.at, self.own, self.dur = events, names, at, own, dur
+        self.parents, self.kept = parents, kept
+
+    def counted(self):
+        """(name, step, self time, whole time) of each event a row counts."""
+        return [(n, a, o, d) for n, a, o, d, k in zip(self.names, self.at, self.own, self.dur, self.kept) if k]
+
+
+def _events(trace: Trace, loading_apart: bool = True) -> _Host:
+    """The host events inside the profiled steps, each named (``IN_LOADING`` after it inside the DataLoader's
+    ``__next__``, where ``loading_apart``), with its step, its self time and its whole time.
+
+    As key_averages builds its table (torch's ``EventList._remove_dup_nodes``), an event that is the only
+    child of an event of the same name is that event again, not a call of its own (an operator that
+    dispatches to itself: three nested ``aten::mm`` are one call of the outermost's length): it is merged
+    into its parent, whose children its children become, and is not counted. A parent with more than one
+    child of its name keeps them all as calls, as torch does.
+    """
     steps = trace.steps
     inside = []
     for e in trace.raw.get("traceEvents", []):
@@ -70,34 +94,47 @@ def _events(trace: Trace, loading_apart: bool = True) -> tuple[list[dict], list[
                 inside.append((e, at))
     inside.sort(key=lambda x: (str(x[0].get("pid")), str(x[0].get("tid")), float(x[0]["ts"]),
                                -float(x[0].get("dur", 0.0))))
-    # (thread, end, [its self time], whether it is inside the DataLoader's __next__ or is it)
-    stack: list[tuple[tuple[str, str], float, list[float], bool]] = []
-    selves = []
-    for e, at in inside:
+    # (thread, end, whether it is inside the DataLoader's __next__ or is it, its index)
+    stack: list[tuple[tuple[str, str], float, bool, int]] = []
+    names, parents, durs = [], [], []
+    for k, (e, _) in enumerate(inside):
         thread, ts, dur = (str(e.get("pid")), str(e.get("tid"))), float(e["ts"]), float(e.get("dur", 0.0))
         while stack and (stack[-1][0] != thread or ts >= stack[-1][1]):
             stack.pop()
-        loading = bool(stack) and stack[-1][3]
-        if stack:
-            stack[-1][2][0] -= dur  # time of a direct child is not its parent's own
-        mine = [dur]
-        stack.append((thread, ts + dur, mine, loading or e["name"].startswith(DATALOADER_PREFIX)))
-        selves.append((_name(e["name"]) + (IN_LOADING if loading and loading_apart else ""), at, mine, dur))
-    return [e for e, _ in inside], selves
+        loading = bool(stack) and stack[-1][2]
+        parents.append(stack[-1][3] if stack else None)
+        stack.append((thread, ts + dur, loading or e["name"].startswith(LOADING_PREFIXES), k))
+        names.append(_name(e["name"]) + (IN_LOADING if loading and loading_apart else ""))
+        durs.append(dur)
+    children: list[list[int]] = [[] for _ in inside]
+    for k, p in enumerate(parents):
+        if p is not None:
+            children[p].append(k)
+    kept = [True] * len(inside)
+    merged_into = list(parents)  # where a merged event's children now hang
+    for k in range(len(inside)):  # parents come before their children: a chain folds into its outermost
+        p = merged_into[k]
+        if p is not None and inside[k][0]["name"] == inside[p][0]["name"] and len(children[p]) == 1:
+            kept[k] = False
+            children[p] = children[k]
+            for c in children[k]:
+                merged_into[c] = p
+    own = [d - sum(durs[c] for c in children[k]) for k, d in enumerate(durs)]
+    return _Host([e for e, _ in inside], names, [a for _, a in inside], own, durs, parents, kept)
 
 
 def table(trace: Trace, *, per_step: bool = False, loading_apart: bool = True) -> list[Row]:
     """The operator table of ``trace``, sorted by self CPU time, largest first; an operator inside data
     loading under a name of its own (``IN_LOADING``), unless not ``loading_apart``, as key_averages."""
-    inside, selves = _events(trace, loading_apart)
+    host = _events(trace, loading_apart)
     calls: dict[str, int] = defaultdict(int)
     total: dict[str, float] = defaultdict(float)
     own: dict[str, float] = defaultdict(float)
-    for name, _, mine, dur in selves:
+    for name, _, mine, dur in host.counted():
         calls[name] += 1
         total[name] += dur
-        own[name] += max(0.0, mine[0])
-    device = _device_time(inside, [s[0] for s in selves], trace.raw.get("traceEvents", []))
+        own[name] += max(0.0, mine)
+    device = _device_time(host.events, host.names, host.parents, trace.raw.get("traceEvents", []))
     steps = trace.steps
     n = len(steps) if per_step and steps else 1
     rows = [Row(name, calls[name] / n, own[name] / n, total[name] / n, device.get(name, 0.0) / n) for name in calls]
@@ -109,34 +146,43 @@ def self_per_step(trace: Trace) -> dict[str, list[float]]:
     """Each name's self time in every profiled step, in µs (the DataLoader's wait under one name)."""
     steps = len(trace.steps)
     found: dict[str, list[float]] = {}
-    for name, at, mine, _ in _events(trace)[1]:
-        found.setdefault(diff_name(name), [0.0] * steps)[at] += max(0.0, mine[0])
+    for name, at, mine, _ in _events(trace).counted():
+        found.setdefault(diff_name(name), [0.0] * steps)[at] += max(0.0, mine)
     return found
 
 
-def _device_time(host: list[dict], names: list[str], events: list[dict]) -> dict[str, float]:
+def _device_time(host: list[dict], names: list[str], parents: list[int | None],
+                 events: list[dict]) -> dict[str, float]:
     """Device time per host operator: each kernel's time, given to the operator that launched it.
 
-    ``host``: the host events inside the profiled steps, in time order per thread, and ``names`` the row
-    each is counted in; a kernel counts when a runtime call among them launched it, wherever on the
-    device's timeline it ran.
+    ``host``: the host events inside the profiled steps, in time order per thread, ``names`` the row each
+    is counted in and ``parents`` the one each runs directly inside (its index, None for none). A kernel,
+    copy or memset counts when a launch among them made it (``measuring.device``: a ``cuda_runtime`` call,
+    cudaLaunchKernel, cudaGraphLaunch's whole graph, or a ``cuda_driver`` one, cuLaunchKernel of Triton and
+    torch.compile), wherever on the device's timeline it ran; it goes to the operator whose ``External id``
+    the launch carries, or, where it carries none, to the range the launch runs inside (a launch inside no
+    operator: to the launch's own row).
     """
-    launched_by: dict[Any, Any] = {}  # correlation → External id of the runtime call
+    launched_by: dict[Any, str] = {}  # correlation → the row of the operator that made the launch
     op_of: dict[Any, str] = {}  # External id → the innermost operator with it (the latest to start)
     for e, name in zip(host, names):
         args = e.get("args")
-        if not isinstance(args, dict):
-            continue
-        if e.get("cat") == "cuda_runtime" and "correlation" in args and "External id" in args:
-            launched_by[args["correlation"]] = args["External id"]
-        elif e.get("cat") == "cpu_op" and args.get("External id") is not None:
+        if e.get("cat") in ("cpu_op", "user_annotation") and isinstance(args, dict) \
+                and args.get("External id") is not None:
             op_of[args["External id"]] = name
+    for i, (e, name) in enumerate(zip(host, names)):
+        args = e.get("args")
+        if e.get("cat") in LAUNCH_CATEGORIES and isinstance(args, dict) and "correlation" in args:
+            made_by = op_of.get(args.get("External id")) if args.get("External id") else None
+            if made_by is None:
+                made_by = names[parents[i]] if parents[i] is not None else name
+            launched_by[args["correlation"]] = made_by
     if not launched_by:
         return {}
     times: dict[str, float] = defaultdict(float)
     for e in events:
         if e.get("cat") in DEVICE_CATEGORIES and isinstance(e.get("args"), dict):
-            op = op_of.get(launched_by.get(e["args"].get("correlation")))
+            op = launched_by.get(e["args"].get("correlation"))
             if op is not None:
                 times[op] += float(e.get("dur", 0.0))
     return dict(times)

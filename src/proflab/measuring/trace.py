@@ -23,14 +23,24 @@ from typing import Any, Callable
 
 # The name of the range the profiler opens around each DataLoader.__next__ of a training loop.
 DATALOADER_PREFIX = "enumerate(DataLoader)#"
+# ... and around each step of a DataPipe's iteration (torchdata's pipes, with a DataLoader or without one).
+DATAPIPE_PREFIX = "enumerate(DataPipe)#"
+# The ranges of data loading: the step waiting for its next batch.
+LOADING_PREFIXES = (DATALOADER_PREFIX, DATAPIPE_PREFIX)
 # The range torch records around every optimizer.step() (its hooks run inside it).
 OPTIMIZER_PREFIX = "Optimizer.step#"
 # Trace categories of the work a GPU does: kernels, copies, memsets.
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# Trace categories of the host's calls that put that work on the device: the CUDA runtime's (cudaLaunchKernel,
+# cudaMemcpyAsync, cudaGraphLaunch) and the driver's (cuLaunchKernel: Triton's and torch.compile's kernels).
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+# The events whose ``args`` are kept: operators (shapes, External id), launches and device work (correlation).
+_ARGS_KEPT = ("cpu_op", *LAUNCH_CATEGORIES, *DEVICE_CATEGORIES)
 
 
 class TraceError(ValueError):
-    """A trace the kit cannot read or measure (not JSON, no profiled steps, no shapes recorded)."""
+    """A trace the kit cannot read or measure (not JSON, no profiled steps, no shapes recorded, written by a
+    torch older than 2.x)."""
 
 
 @dataclass(frozen=True)
@@ -114,16 +124,36 @@ def from_data(path: str | Path, raw: dict[str, Any]) -> Trace:
     try:
         events = [
             Event(e["name"], e.get("cat", ""), float(e["ts"]), float(e.get("dur", 0.0)), e.get("pid"), e.get("tid"),
-                  e.get("args") if e.get("cat") == "cpu_op" else None)
+                  e.get("args") if e.get("cat") in _ARGS_KEPT else None)
             for e in listed
             if isinstance(e, dict) and e.get("ph") == "X" and "name" in e and "ts" in e
         ]
     except (TypeError, ValueError) as e:
         raise TraceError(f"{path.name} has an event the kit cannot read ({e})") from None
+    _refuse_old_schema(path, listed)
     trace = Trace(path, events, raw)
     if not trace.steps:
         raise TraceError(f"{path} has no ProfilerStep# events: was it written with a profiler schedule?")
     return trace
+
+
+# The categories torch 1.x's profiler filed its events under (torch 1.8: operators, runtime calls, kernels,
+# copies, memsets, Python frames), which torch 2.x files under ``cpu_op``, ``cuda_runtime``, ``kernel``,
+# ``gpu_memcpy``, ``gpu_memset`` and ``python_function``.
+OLD_CATEGORIES = frozenset({"Operator", "Runtime", "Kernel", "Memcpy", "Memset", "Python"})
+
+
+def _refuse_old_schema(path: Path, listed: list) -> None:
+    """A trace from a torch older than the kit reads is refused, naming what it lacks: read as torch 2.x's, it
+    would hold no operator and no launch (every figure 0), not an error."""
+    seen = {e.get("cat") for e in listed if isinstance(e, dict) and e.get("ph") == "X"}
+    if "cpu_op" in seen:
+        return
+    old = sorted(c for c in seen if c in OLD_CATEGORIES)
+    if old:
+        raise TraceError(f"{path.name} was written by an older torch than the kit reads: it has no cpu_op events "
+                         f"(where torch 2.x records its operators), and its events are filed under "
+                         f"{', '.join(old)}, torch 1.x's categories. Profile the run again with torch 2.x.")
 
 
 def aten_ops(trace: Trace) -> list[Event]:

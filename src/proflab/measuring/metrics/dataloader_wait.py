@@ -3,7 +3,8 @@
 Counted per ``ProfilerStep#``, clipped to the step, overlaps counted once,
 averaged over the profiled steps: the time covered by
 
-* the profiler's ``enumerate(DataLoader)#…__next__`` ranges inside the step;
+* the profiler's ``enumerate(DataLoader)#…__next__`` ranges inside the step
+  (and a DataPipe's ``enumerate(DataPipe)#…``: data loading too);
 * the samples the step's own thread loads itself: the ``load sample`` and
   ``storage read`` ranges that the kit's data sets and storage client
   record on the thread that loads (photos read in the loop from a DataLoader
@@ -27,7 +28,7 @@ the thread that loads.
 from __future__ import annotations
 
 from ...running.storage import LOADING_RANGES
-from ..trace import DATALOADER_PREFIX, Event, Measure, Trace, union_length
+from ..trace import LOADING_PREFIXES, Event, Measure, Trace, union_length
 
 NAME = "dataloader_wait"
 UNIT = "ms"
@@ -71,7 +72,7 @@ def measure(trace: Trace) -> Measure:
             return [(max(e.ts, s.ts), min(e.end, s.end)) for e in trace.events
                     if keep(e) and e.ts < s.end and e.end > s.ts]
 
-        loader = clipped(lambda e: e.name.startswith(DATALOADER_PREFIX))
+        loader = clipped(lambda e: e.name.startswith(LOADING_PREFIXES))
         loading = clipped(lambda e: e.name in LOADING and (e.pid, e.tid) == here)
         elsewhere = clipped(lambda e: e.name in LOADING and e.pid == s.pid and (e.pid, e.tid) != here)
         working = clipped(lambda e: e.cat == "cpu_op" and (e.pid, e.tid) == here and "::" in e.name)

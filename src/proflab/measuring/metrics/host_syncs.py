@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..trace import DATALOADER_PREFIX, OPTIMIZER_PREFIX, Event, Measure, Trace, aten_ops, outermost
+from ..trace import LOADING_PREFIXES, OPTIMIZER_PREFIX, Event, Measure, Trace, aten_ops, outermost
 
 NAME = "host_syncs"
 UNIT = "per step"
@@ -99,12 +99,13 @@ def counts_text(by_name: dict[str, float]) -> str:
 
 
 def placement(trace: Trace) -> Callable[[Event], str]:
-    """Where an event of ``trace`` was made: "loading" inside a DataLoader's ``__next__``, "optimizer" inside
+    """Where an event of ``trace`` was made: "loading" inside a DataLoader's ``__next__`` (or a DataPipe's
+    iteration), "optimizer" inside
     ``optimizer.step()`` (``Optimizer.step#…``), on the same thread; else "step", the training step's own."""
     ranges: dict[str, dict[tuple[str, str], list[tuple[float, float]]]] = {"loading": {}, "optimizer": {}}
     for e in trace.events:
-        if e.name.startswith((DATALOADER_PREFIX, OPTIMIZER_PREFIX)):
-            kind = "loading" if e.name.startswith(DATALOADER_PREFIX) else "optimizer"
+        if e.name.startswith((*LOADING_PREFIXES, OPTIMIZER_PREFIX)):
+            kind = "loading" if e.name.startswith(LOADING_PREFIXES) else "optimizer"
             ranges[kind].setdefault((str(e.pid), str(e.tid)), []).append((e.ts, e.end))
 
     def where(e: Event) -> str:
