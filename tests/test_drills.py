@@ -123,3 +123,12 @@ def test_a_class_of_drills_is_graded_each_against_its_own(drill_kit, tmp_path):
     mine, theirs = graded[lab.folder.name[len("drill_"):]], graded[other.folder.name[len("drill_"):]]
     assert mine["lab"] == lab.name and mine["verdict"] == "passed", mine
     assert theirs["lab"] == other.name and theirs["verdict"] == "failed", theirs  # handed in untouched
+
+
+@pytest.mark.parametrize("who", ['a"""b\\c', "two\nlines", "Zoë O'Neil"])
+def test_any_name_gives_a_drill_that_parses(who):
+    import tomllib
+
+    drill = drills.draw(who)
+    ast.parse(drills.original_source(drill))
+    assert tomllib.loads(drills.manifest(drill, drills.FIRST_NUMBER))["drill"]["bottleneck"] == drill.bottleneck.key

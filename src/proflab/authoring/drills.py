@@ -50,6 +50,12 @@ def slug_of(who: str) -> str:
     return slug[:40]
 
 
+def shown(who: str) -> str:
+    """The learner's name as the drill's files write it: printable, no quote, backslash or line break (the
+    name goes into a docstring and a TOML string)."""
+    return re.sub(r'["\\\x00-\x1f\x7f]', "'", who.strip())[:60]
+
+
 def draw(who: str) -> Drill:
     """The learner's drill: which bottleneck, in which shapes, from their name alone (the same name, the same
     drill, on every machine)."""
@@ -65,7 +71,7 @@ def draw(who: str) -> Drill:
 
 def _header(drill: Drill) -> str:
     b = drill.bottleneck
-    return (f'"""Drill for {drill.who}: {Template(b.story).substitute(drill.values)}\n\n'
+    return (f'"""Drill for {shown(drill.who)}: {Template(b.story).substitute(drill.values)}\n\n'
             "Slow for one reason, and nothing here says which. Profile it, write in ANSWERS where the\n"
             "profile shows the step's time going and how many milliseconds of each step that is, then make it\n"
             "faster, computing the same, and check it:\n\n"
@@ -103,7 +109,7 @@ def reference_fix(drill: Drill) -> str:
 def manifest(drill: Drill, number: int) -> str:
     b = drill.bottleneck
     digest = hashlib.sha256(original_source(drill).encode("utf-8")).hexdigest()
-    text = Template(MANIFEST).substitute(number=number, name=drill.name, who=drill.who.replace('"', "'"),
+    text = Template(MANIFEST).substitute(number=number, name=drill.name, who=shown(drill.who),
                                          title=Template(b.title).substitute(drill.values), top=b.top,
                                          original_sha256=digest, key=b.key,
                                          parts=", ".join(f'"{p}"' for p in b.parts),
