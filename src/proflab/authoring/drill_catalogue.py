@@ -27,6 +27,14 @@ class Bottleneck:
     top: str = ""  # the manifest's top-level keys of this bottleneck (before any table): its data
 
 
+def workload(batch_size: int | str, timed_steps: int = 10, warmup_steps: int = 2, **more: object) -> str:
+    """A drill's [workload] table: one thread, four profiled steps, two rounds at least; ``more`` keys after."""
+    lines = [f"batch_size = {batch_size}", "seed = 0", "threads = 1", f"warmup_steps = {warmup_steps}",
+             f"timed_steps = {timed_steps}", "profile_steps = 4", "rounds = 2", "timeout_s = 120",
+             *(f"{key} = {value}" for key, value in more.items())]
+    return "[workload]\n" + "\n".join(lines) + "\n"
+
+
 TRAIN_RESULTS = """
 [results.loss]
 what = "the training loss"
@@ -81,16 +89,7 @@ def pipeline(cfg):
     fix=(("        pooled = torch.stack([torch.stack([self.table.weight[i] for i in row]).mean(0) for row in ids])",
           "        pooled = self.table(ids).mean(1)"),),
     manifest="""
-[workload]
-batch_size = 32
-seed = 0
-threads = 1
-warmup_steps = 2
-timed_steps = 10
-profile_steps = 4
-rounds = 2
-timeout_s = 120
-""" + TRAIN_RESULTS + """
+""" + workload(32) + """""" + TRAIN_RESULTS + """
 [evidence]
 metric = "indexing_ops"
 label = "rows looked up one at a time, per step"
@@ -168,16 +167,7 @@ def pipeline(cfg):
     return (x - mean) / torch.sqrt(var + eps) * weight + bias""",
           "    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)")),
     manifest="""
-[workload]
-batch_size = 512
-seed = 0
-threads = 1
-warmup_steps = 2
-timed_steps = 10
-profile_steps = 4
-rounds = 2
-timeout_s = 120
-""" + TRAIN_RESULTS + """
+""" + workload(512) + """""" + TRAIN_RESULTS + """
 [evidence]
 metric = "elementwise_traffic"
 label = "elements read per step outside matrix products"
@@ -234,16 +224,7 @@ def pipeline(cfg):
     fix=(("        for p, t in zip(logits.argmax(1), y):\n            correct += int(p.item() == t.item())",
           "        correct += int((logits.argmax(1) == y).sum())"),),
     manifest="""
-[workload]
-batch_size = $batch
-seed = 0
-threads = 1
-warmup_steps = 2
-timed_steps = 10
-profile_steps = 4
-rounds = 2
-timeout_s = 120
-""" + TRAIN_RESULTS + """
+""" + workload("$batch") + """""" + TRAIN_RESULTS + """
 [results.accuracy]
 what = "the accuracy over every sample so far"
 rtol = 0
@@ -306,16 +287,7 @@ def pipeline(cfg):
 ''',
     fix=(("        if step % 1 == 0:", "        if step % 1000 == 0:"),),
     manifest="""
-[workload]
-batch_size = 64
-seed = 0
-threads = 1
-warmup_steps = 2
-timed_steps = 10
-profile_steps = 4
-rounds = 2
-timeout_s = 120
-""" + TRAIN_RESULTS + """
+""" + workload(64) + """""" + TRAIN_RESULTS + """
 [evidence]
 metric = "host_gap"
 label = "time per step no operator covers"
@@ -389,16 +361,7 @@ def pipeline(cfg):
           "        b[1] = nn.Identity()\n"
           "    model = model.to(cfg.device)"),),
     manifest="""
-[workload]
-batch_size = 8
-seed = 0
-threads = 1
-warmup_steps = 2
-timed_steps = 12
-profile_steps = 4
-rounds = 2
-timeout_s = 120
-
+""" + workload(8, timed_steps=12) + """
 [results.scores]
 what = "the scores of each batch"
 rtol = 1e-4
@@ -463,18 +426,7 @@ def pipeline(cfg):
           "                        persistent_workers=True)"),),
     top='data = "proflab.labkit.photos:ensure_photos"\n',
     manifest="""
-[workload]
-background_workers = true
-batch_size = 16
-seed = 0
-threads = 1
-warmup_steps = 3
-timed_steps = 8
-profile_steps = 4
-rounds = 2
-timeout_s = 120
-startup_s = 0.5
-
+""" + workload(16, timed_steps=8, warmup_steps=3, background_workers="true", startup_s=0.5) + """
 [storage]
 folder = "photos"
 latency_ms = 8

@@ -62,16 +62,6 @@ class Breakdown:
         return self.host_ms[part] / self.step_ms if self.step_ms else 0.0
 
 
-def _merge(intervals: list[Interval]) -> list[Interval]:
-    merged: list[Interval] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
 def _length(intervals: list[Interval]) -> float:
     return sum(end - start for start, end in intervals)
 
@@ -93,7 +83,7 @@ def _subtract(intervals: list[Interval], taken: list[Interval]) -> list[Interval
 
 
 def _clip(events: list[Event], step: Event) -> list[Interval]:
-    return _merge([(max(e.ts, step.ts), min(e.end, step.end)) for e in events if e.ts < step.end and e.end > step.ts])
+    return device_work.merge([(max(e.ts, step.ts), min(e.end, step.end)) for e in events if e.ts < step.end and e.end > step.ts])
 
 
 def of(trace: Trace) -> Breakdown:
@@ -103,7 +93,7 @@ def of(trace: Trace) -> Breakdown:
     ops = [e for e in trace.events if e.cat in HOST_OP_CATEGORIES and not e.name.startswith("ProfilerStep#")
            and not e.name.startswith(LOADING_PREFIXES) and e.name not in SYNC_NAMES]
     work = device_work.step_work(trace)
-    device = _merge([(e.ts, e.end) for e, _ in work])
+    device = device_work.merge([(e.ts, e.end) for e, _ in work])
     comm = [e for e in trace.events if _is_host_collective(e)]
     talking_on_device = [(e.ts, e.end) for e, _ in work if _is_device_collective(e)]
 
@@ -115,7 +105,7 @@ def of(trace: Trace) -> Breakdown:
         for part, events in (("DataLoader wait", dataloader), ("syncs", syncs), ("CPU ops", ops)):
             mine = _subtract(_clip(events, step), taken)
             totals[part] += _length(mine)
-            taken = _merge(taken + mine)
+            taken = device_work.merge(taken + mine)
         totals["other"] += step.dur - _length(taken)
     n = len(steps)
     return Breakdown(
@@ -123,7 +113,7 @@ def of(trace: Trace) -> Breakdown:
         host_ms={part: value / n / 1000.0 for part, value in totals.items()},
         device_busy_ms=_length(device) / n / 1000.0,
         steps=n,
-        comm_ms=_length(_merge(talking)) / n / 1000.0,
+        comm_ms=_length(device_work.merge(talking)) / n / 1000.0,
     )
 
 
