@@ -21,7 +21,7 @@ augment = transforms.Compose([
 ])
 size = args.batch_size * args.steps
 if args.decode_in_loop:
-    data = torchvision.datasets.FakeData(size=size, image_size=(3, 256, 256), num_classes=10, transform=augment)
+    data = torchvision.datasets.FakeData(size=size, image_size=(3, 384, 384), num_classes=10, transform=augment)
 else:  # decoded once, before training
     images = torch.randn(size, 3, 32, 32)
     labels = torch.randint(0, 10, (size,))

@@ -6,9 +6,11 @@ where the profile shows the step's time going (``where``: a part of the step as 
 operator of the table) and how many milliseconds of each profiled step it takes there (``ms_per_step``). The
 answer is read from the file's source (a literal; the file is never imported for it). It is right when it
 names what the drill's bottleneck shows as (the drill's ``parts``, or an operator among the original's five
-costliest by self time whose name holds one of its ``operator_words``) and its milliseconds are close to
-what the original's profile in this check measured there (``SLACK``). Decided after the first
-round, from the original's trace.
+costliest by self time whose name holds one of its ``operator_words``), with milliseconds given; how close
+they are to what the original's profile in this check reads there (``SLACK``) is said, not graded: two
+profiles of one program, at two moments and with other settings, read a cheap operator's time up to 9x
+apart here (aten::fill_, 12.8 ms in proflab run's, 1.4 ms in the check's). Decided after the first round,
+from the original's trace.
 """
 
 from __future__ import annotations
@@ -27,11 +29,10 @@ TITLE = "The diagnosis matches the profile"
 WHAT = "where you said the time goes (ANSWERS) is what the original's profile shows, with its ms per step"
 WHEN = (FIRST_ROUND,)
 
-# The milliseconds said may be this far from the measured ones. The checker's profile records shapes (its
-# evidence needs them), which adds to every call: a batch norm of many tiny calls read 1.8 ms a step there and
-# 0.25 ms in proflab run's profile of the same original. So the lowest answer taken is the measured figure less
-# the profiler's own cost (scaled by the original's timed step over its profiled one), over SLACK; the highest,
-# SLACK times the measured figure (the learner profiled at another moment, on a machine busier or not).
+# How near the milliseconds said are to the measured ones, said beside the verdict: the checker's profile
+# records shapes (its evidence needs them), which adds to every call, so "near" runs from the measured figure
+# less the profiler's own cost (scaled by the original's timed step over its profiled one) over SLACK, up to
+# SLACK times the measured figure.
 SLACK = 3.0
 TOP = 5  # a named operator is among the original's costliest
 
@@ -124,17 +125,21 @@ def decide(trial: Rounds, check: Check) -> str | None:
     shows = "not shown here: the original's profile (proflab run, then proflab tensorboard) shows it"
     place = measured_at(lab, trace, where)
     said = f"you said {where or 'nothing'!r}, {ms if ms is not None else '?'} ms a step"
-    expected = ("the bottleneck's place in the original's profile, and about its ms per step (what this check's "
-                "profile reads, with or without the profiler's own cost)")
+    expected = ("the bottleneck's place in the original's profile, and its ms per step (compared with what this "
+                "check's profile reads, said, not graded)")
     if place is None:
         check.failed(f"{said}: that is not where this drill's time goes", expected, shows, how)
         return FAILED
     name, measured = place
-    low, high = measured * _unprofiled_share(trial) / SLACK, measured * SLACK
-    if not isinstance(ms, (int, float)) or isinstance(ms, bool) or not low <= ms <= high:
-        check.failed(f"{said}: the place is right, the milliseconds are not", expected,
-                     f"{name}: {measured:.1f} ms a step in the original's profile", how)
+    if not isinstance(ms, (int, float)) or isinstance(ms, bool) or ms <= 0:
+        check.failed(f"{said}: the place is right; give its milliseconds per step too", expected,
+                     "no milliseconds", how)
         return FAILED
+    low, high = measured * _unprofiled_share(trial) / SLACK, measured * SLACK
+    near = ("about what this check's profile reads" if low <= ms <= high else
+            "far from this check's profile: profiles of one program differ with the machine's load and the "
+            "profiler's settings (this one records shapes), most for an operator of many cheap calls")
     check.passed(f"{said}; the original's profile: {name}, {measured:.1f} ms a step", expected,
                  f"{name}: {measured:.1f} ms a step")
+    check.details = [f"your {ms:g} ms: {near}"]
     return None
