@@ -111,7 +111,7 @@ why = "the work the lookups cost, which other jobs on a shared machine move far 
 
 ELEMENTWISE = Bottleneck(
     key="elementwise",
-    title="a $what regressor",
+    title="a regressor of $what",
     story="a network predicts $what from $n measurements.",
     choices={"what": ("the load of a server", "a river's level", "a sensor's drift"), "n": (48, 64),
              "hidden": (384, 512)},
