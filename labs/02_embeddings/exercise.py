@@ -13,7 +13,8 @@ in inference mode. Yet every batch takes a long time to answer. Why?
 
 The checker calls pipeline(cfg) and serves one batch of requests for each value
 it yields; the time between two yields is the latency of a batch. cfg carries
-the device, the batch size, the seed and the data folder.
+the device, the batch size, the seed and the data folder. What a batch holds,
+field by field: help(proflab.labkit.recsys.Batch).
 """
 
 import torch

@@ -9,9 +9,8 @@ two *bags* of ids, each of its own length:
                (1 to 8 ids into the item table)
 
 The requests are generated deterministically under ``data/requests`` the first
-time they are needed, and stored the way ``nn.EmbeddingBag`` takes them: for
-each side, one flat tensor of ids and the offset where each request's bag
-starts. ``RequestLog.batches`` hands them out in arrival order.
+time they are needed, and stored packed: for each side, one flat tensor of
+ids and the offset where each request's bag starts. ``RequestLog.batches`` hands them out in arrival order.
 
 The model's weights (two embedding tables and an MLP) are not stored: they are
 drawn from a fixed seed every time a ``Recommender`` is built, so every
@@ -77,7 +76,7 @@ def _split(ids: torch.Tensor, offsets: torch.Tensor) -> list[list[int]]:
 
 @dataclass(frozen=True)
 class Batch:
-    """A batch of requests, as ``nn.EmbeddingBag`` takes them.
+    """A batch of requests: every request's two bags of ids, packed.
 
     ``user_ids`` holds every request's user bag, one after another;
     ``user_offsets[r]`` is where request ``r``'s bag starts in it. The same
