@@ -182,6 +182,9 @@ def cmd_drill(args) -> int:
         home = drills.write(who)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    except OSError as e:
+        err.print(f"[red]The drill cannot be written into the kit:[/] {escape(str(e))}")
+        return KIT_ERROR
     lab = labs.load(home)
     out.print(f"[bold]Your drill[/], drawn for {escape(who)}: {escape(paths.display(lab.exercise))} "
               f"(lab {lab.number}, {lab.name})")

@@ -314,6 +314,8 @@ def _drill_of(learner: str) -> labs.Lab | str:
         return drills.lab_for(learner)
     except ValueError as e:
         return f"no drill for this learner: {e}"
+    except OSError as e:  # the kit's drills/ folder cannot be written: the kit's failure, said as such
+        raise labs.ManifestError(f"the learner's drill cannot be written into the kit ({e})") from None
 
 
 def _which_lab(name: str, only: labs.Lab | None, known: list[labs.Lab]) -> labs.Lab | str:
