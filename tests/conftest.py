@@ -460,13 +460,8 @@ def profiled_answer(kit: Kit, lab) -> tuple[str, float]:
     traces = timeline.newest_traces(kit.root / "runs")
     (path,) = [p for run, p in traces.items() if run == f"{lab.number:02d}-{lab.name}/original"]
     trace = evidence.load(path)
-    for part in lab.drill.parts:
-        place = diagnosis.measured_at(lab, trace, part)
-        if place:
-            return place
-    for row in diagnosis._operators(trace)[:diagnosis.TOP]:
-        if any(diagnosis._names(w, row.name) for w in lab.drill.operator_words):
-            return row.name, row.self_cpu_us / 1000
+    for name, ms, _ in diagnosis.places(lab, trace):
+        return name, ms
     raise AssertionError(f"{lab.name}: the profile shows none of the bottleneck's places: "
                          f"{diagnosis.what_it_shows(trace)}")
 

@@ -22,8 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-# A figure's name on a page, {{ name }}: proflab.reporting.figures substitutes the same pattern.
-PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_.:#*\-/]+)\s*\}\}")
+from ..reporting.figures import PLACEHOLDER  # a figure's name on a page, {{ name }}, as the site substitutes it
 
 # A measured-looking figure: a number with a unit of time, size, a share or a ratio; a count of calls;
 # a count of steps of a phase; a schedule's arguments.

@@ -19,7 +19,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from ...measuring import breakdown, evidence, operators
+from ...measuring import breakdown, evidence, operators, stats
 from ..rounds import Rounds
 from ..trial import FIRST_ROUND
 from ..verdicts import FAILED, Check
@@ -70,19 +70,25 @@ def what_it_shows(trace: evidence.Trace) -> str:
             + ", ".join(f"{r.name} {r.self_cpu_us / 1000:.1f} ms" for r in rows))
 
 
+def places(lab, trace: evidence.Trace) -> list[tuple[str, float, bool]]:
+    """Where the drill's bottleneck shows in ``trace``, each with its ms per step and whether it is an Overview
+    part (else an operator): the drill's parts, then those of the five costliest operators whose name holds one
+    of its words, costliest first."""
+    found = [(label, ms, True) for label, ms in _parts(breakdown.of(trace)).items() if label in lab.drill.parts]
+    return found + [(row.name, row.self_cpu_us / 1000, False) for row in _operators(trace)[:TOP]
+                    if any(_names(w, row.name) for w in lab.drill.operator_words)]
+
+
 def measured_at(lab, trace: evidence.Trace, where: str) -> tuple[str, float] | None:
     """The place ``where`` names in the original's profile, as the drill counts it, and its ms per step; None
     where it names none of the drill's bottleneck's places."""
     said = where.strip().lower()
     if not said:
         return None
-    for label, ms in _parts(breakdown.of(trace)).items():
-        if label in lab.drill.parts and (said == label.lower() or label.lower() in said):
-            return label, ms
-    for row in _operators(trace)[:TOP]:
-        name = row.name.lower()
-        if (said == name or said in name or name in said) and any(_names(w, row.name) for w in lab.drill.operator_words):
-            return row.name, row.self_cpu_us / 1000
+    for name, ms, part in places(lab, trace):
+        lower = name.lower()
+        if said == lower or lower in said or (not part and said in lower):
+            return name, ms
     return None
 
 
@@ -101,10 +107,10 @@ def _names(word: str, name: str) -> bool:
 def _unprofiled_share(trial: Rounds) -> float:
     """The original's timed step over its profiled one, at most 1: what of a profiled step is the step's own."""
     result = trial.originals[0].result if trial.originals else {}
-    timed, profiled = sorted(result.get("step_times") or []), sorted(result.get("profiled_steps_s") or [])
-    if not timed or not profiled or profiled[len(profiled) // 2] <= 0:
+    timed, profiled = result.get("step_times") or [], result.get("profiled_steps_s") or []
+    if not timed or not profiled or stats.median(profiled) <= 0:
         return 1.0
-    return min(1.0, timed[len(timed) // 2] / profiled[len(profiled) // 2])
+    return min(1.0, stats.median(timed) / stats.median(profiled))
 
 
 def decide(trial: Rounds, check: Check) -> str | None:
