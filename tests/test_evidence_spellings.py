@@ -7,6 +7,11 @@ reference fix with one trick, graded through the checker's own batches
 * lab 6, the ranks share no channel but the collectives: gradients averaged
   after every micro-batch through a file both ranks map (in /dev/shm, or in
   /tmp with numpy) never reach the other rank, whose files are its own;
+* lab 6, the ranks share no channel but the collectives, run with the audit
+  off (it refuses ``socket`` and ``ctypes``): a Unix socket reached by its
+  path, and System V shared memory, are refused to a rank; a TCP socket of
+  the ranks' own, and the collectives' key-value store, carry bytes the
+  kernel counts on the job's network, which count as traffic;
 * lab 6, a rank does its own share of the work: one that also runs the other
   rank's half (through the model, or with its products spelled as einsum) to
   need no collective is held to the original rank's matrix products;
@@ -30,6 +35,8 @@ CHEATS = Path(__file__).resolve().parent / "cheats"
 
 SHARED_FILES = ["lab6_shm_average.py", "lab6_tmp_memmap.py"]
 JOBS_WORK = ["lab6_both_halves.py", "lab6_other_half_by_einsum.py"]
+REFUSED_CHANNELS = ["lab6_unix_socket.py", "lab6_sysv_shm.py"]
+COUNTED_CHANNELS = ["lab6_loopback_socket.py", "lab6_store_exchange.py"]
 LOADED_IN_THE_STEP = ["lab9_indices_loader.py", "lab9_no_dataloader.py"]
 LOADED_BESIDE = "lab1_threadpool.py"
 
@@ -39,7 +46,8 @@ def batch(kit, tmp_path_factory) -> Batch:
     """Two batches, audited as a learner's file is: lab 6's attempts, and the loading attempts with the
     thread-pool fix beside them."""
     return Batch(sharing_data(tmp_path_factory.mktemp("spellings-kit"), kit), {
-        "ranks": ({}, [("6", CHEATS / n, True) for n in SHARED_FILES + JOBS_WORK]),
+        "ranks": ({}, [("6", CHEATS / n, True) for n in SHARED_FILES + JOBS_WORK]
+                  + [("6", CHEATS / n, False) for n in REFUSED_CHANNELS + COUNTED_CHANNELS]),
         "loading": ({}, [("9", CHEATS / n, True) for n in LOADED_IN_THE_STEP]
                     + [("1", LEARNER_FILES / LOADED_BESIDE, True)]),
     })
@@ -62,6 +70,38 @@ def test_gradients_averaged_through_a_file_the_ranks_share_never_reach_the_other
     assert check["name"] == "runs" and "raised an error on rank" in check["rationale"], explain(report)
     assert "Permission denied" in check["actual"], explain(report)
     assert "the ranks share nothing but torch.distributed's collectives" in check["actual"], explain(report)
+
+
+@pytest.mark.parametrize("name", REFUSED_CHANNELS)
+def test_a_channel_reached_by_name_outside_the_file_system_is_refused_to_a_rank(batch, name):
+    """Before: traffic 60 MB -> 0 MB (the Unix socket: faster 0.97x; the shared memory: 1.11x, inconclusive
+    between 1.00 and 1.24x). A rank's seccomp filter refuses the socket and the segment, named."""
+    from proflab.running import side_channels
+
+    if not side_channels.program():
+        pytest.skip("the kit has no seccomp filter for this machine's architecture")
+    code, report = batch.report("ranks", CHEATS / name)
+    assert report["audited"] is False and code == 1, explain(report)
+    check = only_failure(report)
+    assert check["name"] == "runs" and "raised an error on rank" in check["rationale"], explain(report)
+    assert "Operation not permitted" in check["actual"], explain(report)
+    assert "opens no Unix socket and no shared memory" in check["actual"], explain(report)
+
+
+@pytest.mark.parametrize("name", COUNTED_CHANNELS)
+def test_bytes_the_ranks_send_outside_the_collectives_count_as_traffic(batch, name):
+    """Before: traffic 60 MB -> 0 MB (the evidence passed; the socket was 1.05x, the store 0.37x). The
+    kernel counts the job's network: what the collectives do not explain is traffic."""
+    code, report = batch.report("ranks", CHEATS / name)
+    assert report["audited"] is False and code == 1, explain(report)
+    check = only_failure(report)
+    assert check["name"] == "evidence" and "is still" in check["rationale"], explain(report)
+    learner = report["evidence"]["learner"]
+    # the trace's collectives carry nothing; the kernel's count puts the original's bytes, or more, back
+    assert learner["details"]["calls_per_step"] == 0, explain(report)
+    assert learner["details"]["outside_collectives_mb_per_step"] >= 0.9 * report["evidence"]["original"]["value"], \
+        explain(report)
+    assert "went outside the collectives the trace records" in check["actual"], explain(report)
 
 
 @pytest.mark.parametrize("name", JOBS_WORK)

@@ -37,6 +37,12 @@ def test_reference_solution_passes_with_every_rank_checked(lab6_solution):
     assert ev["learner"]["value"] == pytest.approx(ev["original"]["value"] / 8, rel=0.01)
     assert ev["learner"]["details"]["calls_per_step"] * 8 < ev["original"]["details"]["calls_per_step"]
     assert "rank 0:" in ev["learner"]["summary"] and "rank 1:" in ev["learner"]["summary"]
+    # The kernel's count of the job's network (a sandbox of its own) agrees: nothing went outside the
+    # collectives, and it carried well under half the original's bytes a step.
+    if str(report.get("sandbox", "")).startswith("sandboxed by"):
+        assert ev["learner"]["details"]["outside_collectives_mb_per_step"] == 0, explain(report)
+        assert ev["learner"]["details"]["network_mb_per_step"] > 0, explain(report)
+        assert "the job's network, read by the kernel" in ev["learner"]["summary"], explain(report)
     # Both ranks' traces are published as workers of one TensorBoard run per version.
     for which in ("original", "learner"):
         names = sorted(Path(p).name.split(".")[0] for p in report["rank_traces"][which])

@@ -583,6 +583,8 @@ def _run_alone(scratch: Path, spec: dict[str, Any], file: Path, version: str, en
         outcome.result = {"kind": "memory", "message": f"used more than {memory_mb:.0f} MB of memory "
                           f"({peak_mb:.0f} MB, counting every process it started), and was stopped"}
     elif nproc:
+        for rank in rank_marks:  # a rank's work after its window holds up the job's end: counted to there
+            rank.exited = marks.exited
         _job_outcome(outcome, scratch, spec, rank_marks, background_allowed)
     else:
         outcome.result = _read_result(result_path, proc.returncode)

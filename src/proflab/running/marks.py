@@ -47,6 +47,9 @@ class Marks:
     from_proc: bool = False  # some CPU reading fell back to a scan of /proc (no cgroup): not the kernel's count
     unpaused: list[str] = field(default_factory=list)  # the pausing marks at which the run did not stop
     channel: str = ""  # what the run did to the mark channel, seen from outside (a second handle, a swap)
+    # at "S" and "E": the bytes sent over the sandbox's own network (its loopback), counted by the kernel;
+    # absent where the run shares the machine's network (no sandbox: nothing there is the run's alone)
+    net: dict[str, int] = field(default_factory=dict)
 
     def times(self, code: str) -> list[float]:
         return [t for c, t in self.stamps if c == code]
@@ -195,6 +198,10 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
                 marks.total[code] = _run_cpu(child, marks)
             if (code in ("S", "E") or (code in "BP" and code not in marks.cpu) or last_q) and "tree" in child:
                 marks.cpu[code] = _cpu_by_task(child["tree"], marks)
+            if code in ("S", "E") and code not in marks.net and "tree" in child:
+                sent = network_bytes(_run_process(child["tree"]))
+                if sent is not None:
+                    marks.net[code] = sent
             if code in ("C", "c"):
                 marks.busy.append(_run_cpu(child, marks) if "tree" in child else 0.0)
             if code in ("B", "E"):
@@ -405,6 +412,8 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
             r["cpu_after_s"] = max(0.0, marks.final_cpu - total["E"]) if cpu_from is None else \
                 max(0.0, cpu_from - total["E"]) + max(0.0, marks.final_cpu - cpu_to)
     r["cpu_source"] = "/proc" if marks.from_proc else "cgroup"
+    if {"S", "E"} <= marks.net.keys():  # every byte the run's network carried in its timed steps
+        r["net_bytes_per_step"] = (marks.net["E"] - marks.net["S"]) / max(spec["timed_steps"], 1)
     r["compile_marked_s"] = sum(max(0.0, min(b, start) - max(a, begin))
                                 for a, b in zip(marks.times("C"), marks.times("c")))
     r["first_step_s"] = max(0.0, (first_end - begin) - (_compiling_s(marks, begin, first_end, reads) if credit else 0.0))
@@ -524,6 +533,25 @@ def _run_process(tree: processes.Tree) -> int:
         pid = inside[0]
     tree.run_process = pid
     return pid
+
+
+def network_bytes(pid: int) -> int | None:
+    """The bytes sent so far over the network the process ``pid`` is in, by the kernel's count of every
+    interface (a sandbox has its loopback alone); None where that network is this process's own (a run
+    without a sandbox shares the machine's, where other programs' traffic counts too) or cannot be read."""
+    try:
+        if os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+            return None
+        lines = Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]
+    except OSError:
+        return None
+    sent = 0
+    for line in lines:  # "  lo: rx_bytes rx_packets ... (8 receive fields) tx_bytes ..."
+        name, _, fields = line.partition(":")
+        values = fields.split()
+        if name.strip() and len(values) >= 9 and values[8].isdigit():
+            sent += int(values[8])
+    return sent
 
 
 def _name(pid: int) -> str:

@@ -29,11 +29,15 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from . import sandbox
+from . import sandbox, side_channels
 
 # Per-run timing fields of a rank's result (execute._from_outside): the job's are its slowest rank's.
 TIMING = ("step_times", "all_step_s", "window_s", "outside_window_s", "mean_step_s", "span_s", "compile_s",
           "first_step_s", "counted_steps", "profiled_step_s", "profiled_steps_s", "wall_window", "reported")
+
+# Per-run fields the job takes from whichever rank has the most: the time after its window (every rank's runs
+# to the job's end), and the bytes the job's network carried a step (one network for every rank).
+LONGEST = ("after_s", "trace_gap_s", "net_bytes_per_step")
 
 
 def options(nproc: int) -> list[str]:
@@ -196,6 +200,10 @@ def merge(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     merged["rank_traces"] = [r.get("trace") for r in ranks]
     merged["rank_trace_sha256"] = [r.get("trace_sha256") for r in ranks]
     merged["rank_steps_s"] = [float(r.get("mean_step_s", 0.0)) for r in ranks]
+    for key in LONGEST:  # what any rank did after its window, what the job's network carried: the most of any
+        seen = [float(r[key]) for r in ranks if key in r]
+        if seen:
+            merged[key] = max(seen)
     return merged
 
 
@@ -228,8 +236,9 @@ def stuck(marks: list[Any]) -> str:
 # there; the sandbox's writable folders (/tmp, /dev/shm, the run's) are closed to it but for what the runner
 # hands over (its result and its trace, moved out of its folder, never read back). Two ranks so confined are
 # two Landlock domains: neither can trace the other (``/proc/PID/mem``), and from ABI 6 neither can reach
-# the other's abstract Unix sockets or signal it. What stays shared is the network of the sandbox, the
-# collectives' (and their store's) own.
+# the other's abstract Unix sockets or signal it. A Unix socket reached by its path, and the IPC objects of
+# the sandbox, are refused by a seccomp filter (``side_channels``). What stays shared is the network of the
+# sandbox, the collectives' (and their store's) own, whose every byte the kernel counts (``marks.network_bytes``).
 
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same numbers on every architecture
 _VERSION = 1  # landlock_create_ruleset's flag: ask for the ABI version
@@ -410,6 +419,7 @@ def confine_rank(spec: dict[str, Any], rank: int) -> dict[str, Any]:
     handover = {str(Path(spec["handover"]["result_path"]).parent),
                 *([spec["handover"]["trace_dir"]] if spec["handover"].get("trace_dir") else [])}
     spec["confined"] = confine(own, tuple(sorted(handover)))
+    spec["filtered"] = side_channels.install()  # no Unix socket, no shared IPC object between the ranks
     return spec
 
 
@@ -427,8 +437,12 @@ def hand_over(spec: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
             pass
     result["confined"] = spec.get("confined", 0)
     message = str(result.get("message", ""))
-    if result.get("status") != "ok" and spec.get("confined") and ("Permission denied" in message
-                                                                  or "PermissionError" in message):
+    if result.get("status") != "ok" and spec.get("filtered") and "Operation not permitted" in message:
+        # EPERM: the seccomp filter's refusal (Landlock's is EACCES, "Permission denied")
+        result["message"] = (message + " (a rank of the job opens no Unix socket and no shared memory, semaphore "
+                             "or message queue: the ranks share nothing but torch.distributed's collectives)")
+    elif result.get("status") != "ok" and spec.get("confined") and ("Permission denied" in message
+                                                                    or "PermissionError" in message):
         result["message"] = (message + " (each rank of the job writes and reads only files of its own, in its "
                              "TMPDIR: the ranks share nothing but torch.distributed's collectives)")
     return result

@@ -26,7 +26,7 @@ from ...running import execute, storage
 from ..rounds import Rounds
 from ..trial import FIRST_ROUND
 from ..verdicts import FAILED, Check, NotGraded, Report, where_to_look
-from . import rank_share, several
+from . import job_network, rank_share, several
 
 NAME = "evidence"
 TITLE = "The bottleneck is gone"
@@ -36,14 +36,18 @@ WHEN = (FIRST_ROUND,)
 
 def decide(trial: Rounds, check: Check) -> str | None:
     same = trial.report.check("same_results")
-    holds = evidence_holds(trial.lab, trial.report, check, trial.learners[0], trial.loaded, trial.file, same)
+    holds = evidence_holds(trial.lab, trial.report, check, trial.learners[0], trial.loaded, trial.file, same,
+                           trial.originals[0])
     return None if holds else FAILED
 
 
 def evidence_holds(lab: labs.Lab, report: Report, proof: Check, learner_run: execute.Outcome,
-                   loaded: dict[str, evidence.Trace], file: Path | None, same: Check) -> bool:
+                   loaded: dict[str, evidence.Trace], file: Path | None, same: Check,
+                   original_run: execute.Outcome | None = None) -> bool:
     """Whether the first round's traces show the bottleneck gone; if not, ``proof`` (or ``same``, for a
-    version whose profiled steps do other work) failed, and why. ``loaded``: the traces execute read."""
+    version whose profiled steps do other work) failed, and why. ``loaded``: the traces execute read. A
+    torchrun job's traffic counts what its network carried outside the collectives (``job_network``),
+    from the first round's runs (``original_run``, ``learner_run``)."""
     ev = lab.evidence
     if "learner" not in report.traces or "original" not in report.traces:
         proof.failed("no trace was written", "a trace from each version", "none",
@@ -123,6 +127,8 @@ def evidence_holds(lab: labs.Lab, report: Report, proof: Check, learner_run: exe
             proof.failed(f"the trace could not be read: {e}", "a readable trace", "unreadable",
                          "leave torch.profiler and the trace files as they are")
             return False
+        if ranked.get("learner"):
+            learner = job_network.counted(each.metric, original_run, learner_run, original, learner)
         figures.append((each, original, learner))
     records = [{"metric": e.metric, "label": e.label, "unit": e.unit, "original": asdict(o), "learner": asdict(m)}
                for e, o, m in figures]
