@@ -7,8 +7,9 @@ reference fix with one trick, graded through the checker's own batches
 * lab 6, the ranks share no channel but the collectives: gradients averaged
   after every micro-batch through a file both ranks map (in /dev/shm, or in
   /tmp with numpy) never reach the other rank, whose files are its own;
-* lab 6, the ranks share no channel but the collectives, run with the audit
-  off (it refuses ``socket`` and ``ctypes``): a Unix socket reached by its
+* lab 6, the ranks share no channel but the collectives (the attempts that
+  import ``socket`` or ``ctypes``, which the audit refuses, with the audit
+  off): a Unix socket reached by its
   path, and System V shared memory, are refused to a rank; a TCP socket of
   the ranks' own, and the collectives' key-value store, carry bytes the
   kernel counts on the job's network, which count as traffic;
@@ -37,6 +38,7 @@ SHARED_FILES = ["lab6_shm_average.py", "lab6_tmp_memmap.py"]
 JOBS_WORK = ["lab6_both_halves.py", "lab6_other_half_by_einsum.py"]
 REFUSED_CHANNELS = ["lab6_unix_socket.py", "lab6_sysv_shm.py"]
 COUNTED_CHANNELS = ["lab6_loopback_socket.py", "lab6_store_exchange.py"]
+AUDIT_REFUSES = {"lab6_unix_socket.py", "lab6_sysv_shm.py", "lab6_loopback_socket.py"}  # socket, ctypes
 LOADED_IN_THE_STEP = ["lab9_indices_loader.py", "lab9_no_dataloader.py"]
 LOADED_BESIDE = "lab1_threadpool.py"
 
@@ -47,7 +49,7 @@ def batch(kit, tmp_path_factory) -> Batch:
     thread-pool fix beside them."""
     return Batch(sharing_data(tmp_path_factory.mktemp("spellings-kit"), kit), {
         "ranks": ({}, [("6", CHEATS / n, True) for n in SHARED_FILES + JOBS_WORK]
-                  + [("6", CHEATS / n, False) for n in REFUSED_CHANNELS + COUNTED_CHANNELS]),
+                  + [("6", CHEATS / n, n not in AUDIT_REFUSES) for n in REFUSED_CHANNELS + COUNTED_CHANNELS]),
         "loading": ({}, [("9", CHEATS / n, True) for n in LOADED_IN_THE_STEP]
                     + [("1", LEARNER_FILES / LOADED_BESIDE, True)]),
     })
@@ -93,7 +95,7 @@ def test_bytes_the_ranks_send_outside_the_collectives_count_as_traffic(batch, na
     """Before: traffic 60 MB -> 0 MB (the evidence passed; the socket was 1.05x, the store 0.37x). The
     kernel counts the job's network: what the collectives do not explain is traffic."""
     code, report = batch.report("ranks", CHEATS / name)
-    assert report["audited"] is False and code == 1, explain(report)
+    assert report["audited"] is (name not in AUDIT_REFUSES) and code == 1, explain(report)
     check = only_failure(report)
     assert check["name"] == "evidence" and "is still" in check["rationale"], explain(report)
     learner = report["evidence"]["learner"]

@@ -1,4 +1,3 @@
-# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 6 attempt: the gradients averaged after every micro-batch over a TCP socket of the ranks' own.
 
 The trick: no DDP and no collective that carries a gradient. Rank 0 listens

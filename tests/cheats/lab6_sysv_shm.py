@@ -1,4 +1,3 @@
-# audit: plain Python, which the source audit lets through; what the checker measures must catch it
 """Lab 6 attempt: the gradients averaged after every micro-batch in System V shared memory.
 
 The trick: no DDP, no collective that carries a gradient, no file and no
