@@ -123,3 +123,15 @@ def test_a_network_not_counted_is_said_and_changes_nothing():
     assert "was not counted" in got.summary
     other = job_network.counted("host_syncs", _run(1e6), _run(9e6), _traffic(1.0), _traffic(0.5))
     assert other.value == 0.5 and "network" not in other.details
+
+
+def test_the_doctor_says_what_keeps_the_ranks_apart():
+    import json
+
+    from proflab.running import torchrun
+
+    said = subprocess.run([sys.executable, "-m", "proflab", "doctor", "--json"], capture_output=True, text=True,
+                          timeout=120)
+    ranks = json.loads(said.stdout)["ranks"]
+    assert ("Landlock ABI" in ranks) == (torchrun.landlock_abi() > 0), ranks
+    assert ("refused (seccomp)" in ranks) == bool(side_channels.program()), ranks

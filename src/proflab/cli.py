@@ -33,7 +33,7 @@ from rich.table import Table
 
 from . import __version__, errors, labs, outputs, paths, progress
 from .grading import checks
-from .running import cgroups, sandbox, slots
+from .running import cgroups, sandbox, side_channels, slots
 from .reporting import report, summaries
 from .viewing import tensorboard
 from .commands.common import (KIT_ERROR, USAGE_ERROR, UsageError, _audited, _lab, _lab_and_file, _label, _say,
@@ -389,7 +389,7 @@ def cmd_data(args) -> int:
 def cmd_doctor(args) -> int:
     """What this machine gives the kit: the sandbox, torch, the device."""
     engine = sandbox.engine()
-    rows = [("sandbox", engine.describe()), ("CPU", cgroups.describe())]
+    rows = [("sandbox", engine.describe()), ("CPU", cgroups.describe()), ("ranks", side_channels.describe())]
     try:
         import torch
 

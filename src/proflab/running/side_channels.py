@@ -114,3 +114,15 @@ def install() -> int:
     if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         return 0
     return len(prog)
+
+
+def describe() -> str:
+    """What keeps a torchrun job's ranks apart on this machine, in a line (``proflab doctor``)."""
+    from . import torchrun
+
+    abi = torchrun.landlock_abi()
+    files = f"each rank's files its own (Landlock ABI {abi})" if abi else \
+        "the ranks' files NOT kept apart (this kernel offers no Landlock: Linux 5.13 or later)"
+    ipc = ("Unix sockets and shared IPC objects refused (seccomp)" if program() else
+           f"Unix sockets and shared IPC objects NOT refused (no filter for {platform.machine()})")
+    return f"{files}; {ipc}; the network's bytes counted where the run has a sandbox"
