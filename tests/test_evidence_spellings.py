@@ -38,6 +38,7 @@ SHARED_FILES = ["lab6_shm_average.py", "lab6_tmp_memmap.py"]
 JOBS_WORK = ["lab6_both_halves.py", "lab6_other_half_by_einsum.py"]
 REFUSED_CHANNELS = ["lab6_unix_socket.py", "lab6_sysv_shm.py"]
 COUNTED_CHANNELS = ["lab6_loopback_socket.py", "lab6_store_exchange.py"]
+AFTER_WINDOW = "lab6_work_after_window.py"
 AUDIT_REFUSES = {"lab6_unix_socket.py", "lab6_sysv_shm.py", "lab6_loopback_socket.py"}  # socket, ctypes
 LOADED_IN_THE_STEP = ["lab9_indices_loader.py", "lab9_no_dataloader.py"]
 LOADED_BESIDE = "lab1_threadpool.py"
@@ -49,7 +50,8 @@ def batch(kit, tmp_path_factory) -> Batch:
     thread-pool fix beside them."""
     return Batch(sharing_data(tmp_path_factory.mktemp("spellings-kit"), kit), {
         "ranks": ({}, [("6", CHEATS / n, True) for n in SHARED_FILES + JOBS_WORK]
-                  + [("6", CHEATS / n, n not in AUDIT_REFUSES) for n in REFUSED_CHANNELS + COUNTED_CHANNELS]),
+                  + [("6", CHEATS / n, n not in AUDIT_REFUSES) for n in REFUSED_CHANNELS + COUNTED_CHANNELS]
+                  + [("6", CHEATS / AFTER_WINDOW, True)]),
         "loading": ({}, [("9", CHEATS / n, True) for n in LOADED_IN_THE_STEP]
                     + [("1", LEARNER_FILES / LOADED_BESIDE, True)]),
     })
@@ -104,6 +106,16 @@ def test_bytes_the_ranks_send_outside_the_collectives_count_as_traffic(batch, na
     assert learner["details"]["outside_collectives_mb_per_step"] >= 0.9 * report["evidence"]["original"]["value"], \
         explain(report)
     assert "went outside the collectives the trace records" in check["actual"], explain(report)
+
+
+def test_a_ranks_work_after_its_window_counts_to_the_jobs_end(batch):
+    """Rank 0 spins 3 s once its steps are over, rank 1 waits for it: before, no rank's after-window time
+    was read. Each rank's runs to the job's end now, and what exceeds the original's counts per step."""
+    code, report = batch.report("ranks", CHEATS / AFTER_WINDOW)
+    assert code == 1, explain(report)
+    counted = report["after"]["counted_s"]
+    assert counted and min(counted) >= 2.0, explain(report)  # of the 3 s, beyond the original's shutdown
+    assert only_failure(report)["name"] == "faster", explain(report)
 
 
 @pytest.mark.parametrize("name", JOBS_WORK)

@@ -135,3 +135,16 @@ def test_the_doctor_says_what_keeps_the_ranks_apart():
     ranks = json.loads(said.stdout)["ranks"]
     assert ("Landlock ABI" in ranks) == (torchrun.landlock_abi() > 0), ranks
     assert ("refused (seccomp)" in ranks) == bool(side_channels.program()), ranks
+
+
+def test_a_jobs_time_after_its_window_and_its_network_are_its_busiest_ranks():
+    """Each rank's after-window time runs to the job's end; the job keeps the most any rank shows, as it
+    keeps its slowest rank's timings, and the bytes its one network carried a step."""
+    from proflab.running import torchrun
+
+    ranks = [{"results": [], "span_s": 2.0, "after_s": 0.3, "trace_gap_s": 0.1, "net_bytes_per_step": 15e6},
+             {"results": [], "span_s": 1.9, "after_s": 1.7, "trace_gap_s": 0.2, "net_bytes_per_step": 15.2e6}]
+    merged = torchrun.merge(ranks)
+    assert merged["span_s"] == 2.0  # the slowest rank's timings
+    assert merged["after_s"] == 1.7 and merged["trace_gap_s"] == 0.2 and merged["net_bytes_per_step"] == 15.2e6
+    assert "net_bytes_per_step" not in torchrun.merge([{"results": [], "span_s": 1.0}] * 2)
