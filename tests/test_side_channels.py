@@ -30,6 +30,9 @@ def tried(what, call):
         print(what, "refused", e.errno)
 tried("unix", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
 tried("unix-dgram", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
+tried("netlink", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 2))  # NETLINK_USERSOCK
+tried("packet", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM))
+tried("inet6", lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM).close())
 tried("inet", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())
 tried("socketpair", lambda: [s.close() for s in socket.socketpair()])
 libc = ctypes.CDLL(None, use_errno=True)
@@ -42,14 +45,15 @@ print("pipe allowed")
 """
 
 
-def test_a_ranks_filter_refuses_unix_sockets_and_shared_ipc_objects_and_keeps_the_rest():
+def test_a_ranks_filter_refuses_sockets_but_the_networks_and_shared_ipc_objects_and_keeps_the_rest():
     if not side_channels.program():
         pytest.skip("the kit has no seccomp filter for this machine's architecture")
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60)
     said = dict(line.split(" ", 1) for line in out.stdout.splitlines())
     assert int(said["installed"]) > 0, out.stdout + out.stderr
     assert said["unix"] == "refused 1" and said["unix-dgram"] == "refused 1", out.stdout
-    assert said["inet"] == "allowed" and said["socketpair"] == "allowed", out.stdout
+    assert said["netlink"] == "refused 1" and said["packet"] == "refused 1", out.stdout
+    assert said["inet"] == said["inet6"] == said["socketpair"] == "allowed", out.stdout
     assert said["shmget"] == said["semget"] == said["msgget"] == "refused", out.stdout
     assert said["pipe"] == "allowed", out.stdout
 

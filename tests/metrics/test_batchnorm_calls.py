@@ -116,6 +116,17 @@ def test_a_scale_spelled_as_a_depthwise_convolution_counts(tmp_path):
     assert "1x1 depthwise convolution" in m.summary
 
 
+def test_a_factor_materialised_per_pixel_and_shared_by_the_batch_is_counted(tmp_path):
+    """The scale and shift of a batch norm expanded to (1, C, H, W) and made contiguous (in channels last):
+    they vary along the pixels too, but every image of the batch shares them."""
+    scale = torch.randn(1, 3, 1, 1).expand(1, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    shift = torch.randn(1, 3, 1, 1).expand(1, 3, 8, 8).contiguous()
+    m = batchnorm_calls.measure(traced(tmp_path, lambda: torch.addcmul(shift, X, scale)))
+    assert m.value == 1.0, m.summary
+    m = batchnorm_calls.measure(traced(tmp_path, lambda: X.permute(0, 2, 3, 1) * scale.permute(0, 2, 3, 1)))
+    assert m.value == 1.0, m.summary
+
+
 def test_arithmetic_that_is_not_per_channel_is_not_counted(tmp_path):
     other = torch.randn(4, 3, 8, 8)
     row = torch.randn(8)

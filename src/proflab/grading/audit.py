@@ -84,14 +84,17 @@ ALLOWANCES: dict[str, str] = {
 
 # What a lab's manifest may refuse beyond the default (``[audit] refuse``).
 RESTRICTIONS: dict[str, str] = {
-    "untraced_reads": "numpy, .numpy(), storages, data_ptr() and DLPack: reads of tensor values the trace "
-                      "cannot show (a lab that counts host reads)",
+    "untraced_reads": "numpy, .numpy(), storages, data_ptr(), DLPack, and a tensor's bytes serialized (.save(), "
+                      "pickle, struct): reads of tensor values the trace cannot show (a lab that counts its "
+                      "reads or its lookups from the trace)",
 }
 _UNTRACED_ATTRS = frozenset({"numpy", "untyped_storage", "storage", "data_ptr", "__array__", "__dlpack__",
-                             "to_dlpack", "from_dlpack", "dlpack", "__array_interface__"})
-_UNTRACED_MODULES = ("numpy", "torch.utils.dlpack")
-_UNTRACED_MESSAGE = ("this lab counts every read of a tensor's values into Python from the trace, and `{name}` "
-                     "reads them without leaving one: read with .item() or .tolist(), where the profiler sees it")
+                             "to_dlpack", "from_dlpack", "dlpack", "__array_interface__",
+                             "save", "__reduce_ex__", "__reduce__", "__getstate__"})
+_UNTRACED_MODULES = ("numpy", "torch.utils.dlpack", "pickle", "copyreg", "struct", "array", "marshal")
+_UNTRACED_MESSAGE = ("this lab reads its evidence from the trace, and `{name}` reads a tensor's values where the "
+                     "profiler cannot see it: keep to torch's own operations (indexing, .item(), .tolist()), "
+                     "which the trace records")
 
 _KEEP_TO = ("keep to torch, torchvision, numpy, PIL, proflab.labkit and plain-Python modules "
             "(math, random, collections, os, pathlib, json, ...), and keep helpers of your own in this file")

@@ -103,6 +103,10 @@ class Report(Verdict):
     # figure: what each run spent ("original_s", "learner_s"), the allowance per kind of run
     # ("allowance_s", by the steps asked), and what of each learner run counted ("counted_s")
     after: dict[str, Any] = field(default_factory=dict)
+    # The profiler's warm-up step (not in the trace) against a traced step, in CPU seconds, as the first round's
+    # runs spent them ("original_s", "learner_s": [warm-up, traced]), and what the learner's may spend
+    # ("allowed_s"): where the lab's figure is CPU time
+    warmup: dict[str, Any] = field(default_factory=dict)
     breakdown: dict[str, dict[str, Any]] = field(default_factory=dict)  # where a profiled step's time went
     # A lab graded on memory: the peaks, in MB, read from outside the runs ("original", "learner": one per
     # unprofiled round; "device_*" likewise on CUDA; "runs": every run's figures; "measured", "source":

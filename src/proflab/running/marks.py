@@ -69,9 +69,10 @@ def _paused(child: dict, code: str, seen: set[str], marks: Marks, last_q: bool =
     itself (None for another mark, or a process that is not found): read it, then continue it (``_resume``).
     A run that does not stop there did not write the mark where the runner does: noted on ``marks``
     (``unpaused``), which fails the run, and its time is not held."""
-    if code not in PAUSE_MARKS or code in seen or (code == "Q" and not last_q):
+    first_q = code == "Q" and "q" not in seen
+    if code not in PAUSE_MARKS or (code in seen if code != "Q" else not (first_q or last_q)):
         return None
-    seen.add(code)
+    seen.add("q" if code == "Q" else code)
     deadline = time.perf_counter() + TREE_WAIT_S
     while "tree" not in child and time.perf_counter() < deadline:
         time.sleep(0.001)
@@ -184,6 +185,7 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
             now = arrived - marks.held  # the time the run has waited stopped so far is left out
             code = chunk.decode("latin-1")
             last_q = code == "Q" and len(marks.times("Q")) + 1 == child.get("profile_steps", 0)
+            first_q = code == "Q" and not marks.times("Q")  # the profiler's warm-up step, not in the trace, ends
             stopped = _paused(child, code, seen, marks, last_q) if child.get("pause") else None
             if code in "BSEPQ" and code not in looked and not marks.channel:
                 looked.add(code)
@@ -196,6 +198,8 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
             if ((code in ("B", "W", "S", "E", "P", "H") and code not in marks.total) or last_q) and "tree" in child:
                 # read at once: the kernel's count (else the processes last scanned: a scan takes longer)
                 marks.total[code] = _run_cpu(child, marks)
+            if first_q and "tree" in child:
+                marks.total["q"] = marks.total["Q"] if last_q else _run_cpu(child, marks)
             if (code in ("S", "E") or (code in "BP" and code not in marks.cpu) or last_q) and "tree" in child:
                 marks.cpu[code] = _cpu_by_task(child["tree"], marks)
             if code in ("S", "E") and code not in marks.net and "tree" in child:
@@ -407,6 +411,11 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
         r["first_step_cpu_s"] = max(0.0, first_cpu - (_compiling_cpu_s(marks, begin, first_end) if credit else 0.0))
         if "Q" in total and "H" in total:
             r["cpu_trace_gap_s"] = max(0.0, total["H"] - total["Q"])
+        n = int(spec.get("profile_steps") or 0)
+        if {"P", "q", "Q"} <= total.keys() and n >= 2 and "Q" in spec.get("pause_marks", ""):
+            # the profiler's warm-up step (not in the trace), and the traced steps' mean: both read while the
+            # run waited stopped at their ends
+            r["profiled_cpu_s"] = [total["q"] - total["P"], (total["Q"] - total["q"]) / (n - 1)]
         if marks.final_cpu is not None and not marks.from_proc:  # every process it ever started
             cpu_from, cpu_to = _profiled_span(marks, "total")
             r["cpu_after_s"] = max(0.0, marks.final_cpu - total["E"]) if cpu_from is None else \

@@ -68,7 +68,8 @@ def _marker(fd: int | None, pause: str = ""):
     closed, or holds another file, the marks stop (and the run fails).
 
     After each mark in ``pause`` (its first time: B, the first W, S, E and
-    the first P; and the last Q, the end of the profiled steps), the process stops itself (SIGSTOP) until the checker, which reads the
+    the first P; the first Q, the end of the profiler's warm-up step, which
+    is not in the trace; and the last Q, the end of the profiled steps), the process stops itself (SIGSTOP) until the checker, which reads the
     run's CPU time from /proc at those marks, has read it and continues it
     (SIGCONT): the figure then holds exactly the work between the marks,
     however late a busy machine lets the checker read. A process that does
@@ -89,8 +90,10 @@ def _marker(fd: int | None, pause: str = ""):
             now = _fstat(fd)
             if (now.st_dev, now.st_ino) == (given.st_dev, given.st_ino):
                 _write(fd, code)
-                if code in pause.encode() and code not in paused and (code != b"Q" or last):
-                    paused.add(code)
+                # the first of each pausing mark; of "Q", the first and the last (the profiler's warm-up step ends)
+                again = (b"q" in paused and not last) if code == b"Q" else code in paused
+                if code in pause.encode() and not again:
+                    paused.add(b"q" if code == b"Q" else code)
                     _kill(_getpid(), signal.SIGSTOP)  # the checker reads this process's CPU, then continues it
         except OSError:
             pass
@@ -256,7 +259,10 @@ def _keep(out: Any, step: int, torch) -> dict[str, Any]:
     kept = {}
     for key, value in out.items():
         if isinstance(value, torch.Tensor):
-            kept[key] = value.detach().clone()
+            if type(value) not in (torch.Tensor, torch.nn.Parameter):  # whose detach() and clone() are its own
+                raise _Failure("bad_yield", f"step {step} yielded '{key}' as a {type(value).__name__}, a subclass "
+                               "of torch.Tensor; yield plain tensors (torch.Tensor)")
+            kept[key] = torch.Tensor.clone(torch.Tensor.detach(value))
         elif isinstance(value, (int, float, bool)):
             kept[key] = value
         else:
@@ -476,10 +482,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 key = _sort_key(device.type, averages, spec.get("profile_memory", False))
                 table = {"sort_by": key, "text": averages.table(sort_by=key, row_limit=spec.get("row_limit", 15))}
         else:
-            for _ in range(profiled):
+            for i in range(profiled):
                 mark(b"P")
                 advance()
-                mark(b"Q")
+                mark(b"Q", last=i == profiled - 1)
         sync()
     except _Short as short:
         expected = warmup + timed + profiled

@@ -13,12 +13,16 @@ So before the lab file runs, each rank installs a seccomp filter (open to
 an unprivileged process once ``no_new_privs`` is set, as Landlock sets it)
 that refuses, with EPERM:
 
-* ``socket(AF_UNIX, ...)``: a Unix socket to listen on or to connect with
-  (``socketpair``, which connects a process with itself, stays open: a
-  DataLoader's workers use it);
+* ``socket()`` of any family but the network's (``AF_INET``, ``AF_INET6``):
+  a Unix socket to listen on or to connect with, a netlink socket (unicast
+  between processes, ``NETLINK_USERSOCK``, open to any user), a packet,
+  VSOCK or TIPC socket. ``socketpair``, which connects a process with
+  itself, stays open: a DataLoader's workers use it;
 * ``shmget``, ``semget``, ``msgget`` and ``mq_open``: opening or making a
   System V segment, semaphore set or queue, or a POSIX queue, by key or by
-  name.
+  name;
+* ``io_uring_setup``: a ring's operations (a socket among them) are made
+  without the system calls this filter sees.
 
 Every other way between the ranks goes over the sandbox's network (TCP or
 UDP on its loopback, the collectives' store included), whose bytes the
@@ -40,14 +44,16 @@ import struct
 
 # struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6]
 _NR, _ARCH, _ARG0 = 0, 4, 16  # args[0]'s low 32 bits (little-endian)
-_AF_UNIX = 1
+_AF_INET, _AF_INET6 = 2, 10  # the only socket families a rank may open: the network's
 _X32_BIT = 0x40000000
 # (AUDIT_ARCH_*, system call numbers: socket, shmget, semget, msgget, mq_open)
 _ARCHES = {
-    "x86_64": (0xC000003E, {"socket": 41, "shmget": 29, "semget": 64, "msgget": 68, "mq_open": 240}),
-    "aarch64": (0xC00000B7, {"socket": 198, "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180}),
+    "x86_64": (0xC000003E, {"socket": 41, "shmget": 29, "semget": 64, "msgget": 68, "mq_open": 240,
+                            "io_uring_setup": 425}),
+    "aarch64": (0xC00000B7, {"socket": 198, "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180,
+                             "io_uring_setup": 425}),
 }
-REFUSED = ("shmget", "semget", "msgget", "mq_open")
+REFUSED = ("shmget", "semget", "msgget", "mq_open", "io_uring_setup")
 
 # BPF opcodes (linux/filter.h, linux/seccomp.h)
 _LD_W_ABS = 0x20
@@ -83,9 +89,10 @@ def program(machine: str | None = None) -> list[tuple[int, int, int, int]]:
     prog.append((_JEQ_K, 1, 0, numbers["socket"]))
     prog.append((_RET_K, 0, 0, _ALLOW))
     prog.append((_LD_W_ABS, 0, 0, _ARG0))
-    jump_to_deny(_JEQ_K, _AF_UNIX)
+    prog.append((_JEQ_K, 1, 0, _AF_INET))  # the network's own families: allowed; any other refused
+    prog.append((_JEQ_K, 0, 1, _AF_INET6))
     prog.append((_RET_K, 0, 0, _ALLOW))
-    refusal = len(prog)
+    refusal = len(prog)  # the socket family test falls through to here
     prog.append((_RET_K, 0, 0, _ERRNO))
     for at in deny:
         code, _, jf, k = prog[at]

@@ -439,8 +439,9 @@ def hand_over(spec: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     message = str(result.get("message", ""))
     if result.get("status") != "ok" and spec.get("filtered") and "Operation not permitted" in message:
         # EPERM: the seccomp filter's refusal (Landlock's is EACCES, "Permission denied")
-        result["message"] = (message + " (a rank of the job opens no Unix socket and no shared memory, semaphore "
-                             "or message queue: the ranks share nothing but torch.distributed's collectives)")
+        result["message"] = (message + " (a rank of the job opens no socket but the network's (no Unix or netlink "
+                             "socket) and no shared memory, semaphore or message queue: the ranks share nothing "
+                             "but torch.distributed's collectives)")
     elif result.get("status") != "ok" and spec.get("confined") and ("Permission denied" in message
                                                                     or "PermissionError" in message):
         result["message"] = (message + " (each rank of the job writes and reads only files of its own, in its "

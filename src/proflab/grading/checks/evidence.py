@@ -75,6 +75,8 @@ def evidence_holds(lab: labs.Lab, report: Report, proof: Check, learner_run: exe
         return False
     if not profiled_steps_did_the_work(learner_run, same, report.figure):
         return False
+    if not warmup_step_did_no_more(learner_run, original_run, same, report):
+        return False
     if ev.work_ops:
         names = ", ".join(ev.work_ops)
         work = evidence.work_flops(traces["learner"], ev.work_ops)
@@ -243,6 +245,41 @@ def profiled_steps_did_the_work(run: execute.Outcome, same: Check, figure: str =
                      f"{p / t:.2f}×", "do the same work in every step, profiled or not, inside the step")
         return False
     return True
+
+
+# The profiler's warm-up step (the first profiled step: its events are recorded, then dropped) is not in the
+# trace. What it costs beyond a traced step is the profiler's own start, which the original's run shows: a
+# version's may exceed a traced step of its own by that much, and by this factor and these seconds besides.
+# More is work done where no trace sees it: the results of the traced steps, worked out there by the real
+# model while the traced steps run a decoy (a red-team pass on lab 8: the next three batches' logits).
+WARMUP_SLACK = 1.5
+WARMUP_SLACK_S = 0.005
+
+
+def warmup_step_did_no_more(run: execute.Outcome, original: execute.Outcome | None, same: Check,
+                            report: Report | None = None) -> bool:
+    """The CPU of the profiler's warm-up step against the traced steps', both read by the kernel while the run
+    waited stopped at their ends (``profiled_cpu_s``: where the lab's figure is CPU time), beside the
+    original's: a warm-up step that did more than a traced step and the profiler's start fails Same
+    results, since the trace is not the evidence of the steps' work."""
+    mine = run.result.get("profiled_cpu_s")
+    theirs = original.result.get("profiled_cpu_s") if original is not None else None
+    if not mine or not theirs:
+        return True
+    (warmup, traced), (their_warmup, their_traced) = mine, theirs
+    start = max(0.0, their_warmup - their_traced)  # the profiler's start, as the original's run paid it
+    allowed = (traced + start) * WARMUP_SLACK + WARMUP_SLACK_S
+    if report is not None:
+        report.warmup = {"original_s": list(theirs), "learner_s": list(mine), "allowed_s": allowed}
+    if warmup <= allowed:
+        return True
+    same.failed(f"the profiler's warm-up step, which is not in the trace, used {warmup * 1000:.1f} ms of CPU, "
+                f"a traced step {traced * 1000:.1f} ms: work was done where the trace does not see it, so the "
+                "trace is not the evidence of the steps' work",
+                f"at most {allowed * 1000:.1f} ms: a traced step and the profiler's start (the original's: "
+                f"{their_warmup * 1000:.1f} ms against {their_traced * 1000:.1f} ms)",
+                f"{warmup * 1000:.1f} ms", "do each step's work in that step, profiled or not")
+    return False
 
 
 # A profiled step in the trace may differ from the same step stamped by the

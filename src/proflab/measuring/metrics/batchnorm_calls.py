@@ -19,7 +19,9 @@ however the normalisation is spelled:
   broadcasts onto it varying along one of its dimensions only, one as long
   as an activation of the step has channels (``(C, 1, 1)``,
   ``(1, C, 1, 1)``, ``(C,)`` against channels last, or expanded to the
-  activation's shape with zero strides, read from the recorded strides): a
+  activation's shape with zero strides, read from the recorded strides), or
+  one that every image of a batch shares, varying along its channels and
+  perhaps its pixels (a scale materialised to ``(1, C, H, W)``): a
   batch norm written by hand, ``(x - mean) / torch.sqrt(var + eps) * weight
   + bias``, is four of them, and ``x * scale + shift`` two; a bias added
   after a convolution instead of inside it is one (``F.conv2d(x, w, b)``
@@ -122,6 +124,18 @@ def _per_channel(dims: list[int], strides: list[int] | None, of: list[int], chan
         any(n > 1 for k, n in enumerate(of) if k != varying[0])
 
 
+def _shared_by_the_batch(dims: list[int], strides: list[int] | None, of: list[int], channels: set[int]) -> bool:
+    """Broadcasts onto a four-dimensional activation (or a permuted view of one: its first dimension is the
+    batch) of more than one image, holding one value along the batch and varying along its channels, and
+    perhaps along its pixels too: a per-channel factor every image of the batch shares (a batch norm's
+    scale materialised to ``(1, C, H, W)``, in any layout)."""
+    if len(of) != 4 or of[0] < 2 or len(dims) > 4:
+        return False
+    extent = [1] * (4 - len(dims)) + _extent(dims, strides)
+    return extent[0] == 1 and all(n in (1, of[k]) for k, n in enumerate(extent)) and \
+        any(n > 1 and n in channels for n in extent[1:])
+
+
 def _applies_per_channel(e: Event, activations: set[int], channels: set[int]) -> bool:
     """An operator applying a per-channel tensor to an activation or to a view of one (``activations``:
     the sizes, in elements, of the step's four-dimensional activations; ``channels``: their channels)."""
@@ -130,7 +144,8 @@ def _applies_per_channel(e: Event, activations: set[int], channels: set[int]) ->
     tensors = _tensors(e)
     for i, (dims, _) in enumerate(tensors):
         if _activation(dims) or (len(dims) >= 2 and _numel(dims) in activations):
-            if any(_per_channel(d, s, dims, channels) for j, (d, s) in enumerate(tensors) if j != i):
+            if any(_per_channel(d, s, dims, channels) or _shared_by_the_batch(d, s, dims, channels)
+                   for j, (d, s) in enumerate(tensors) if j != i):
                 return True
     return False
 
