@@ -133,7 +133,8 @@ DECOYS = ["lab1_tiny_decoys.py", "lab2_tiny_decoys.py", "lab3_tiny_decoys.py", "
 # The lesson's bottleneck kept, spelled another way than the original's.
 RESPELLED = ["lab4_shape_count.py", "lab4_nan_by_nonzero.py", "lab2_row_slices.py", "lab2_row_narrow.py",
              "lab6_all_gather.py", "lab6_send_recv.py", "lab4_loss_by_bincount.py", "lab4_counts_by_bincount.py",
-             "lab8_nhwc_affine.py", "lab8_rows_affine.py", "lab8_foreach_affine.py", "lab9_reads_by_bincount.py"]
+             "lab8_nhwc_affine.py", "lab8_rows_affine.py", "lab8_foreach_affine.py", "lab8_batch_shared_affine.py",
+             "lab9_reads_by_bincount.py"]
 # The lab's recipe changed instead of fixed.
 RECIPE = ["lab6_one_micro_batch.py", "lab6_two_micro_batches.py"]
 # A profile written by hand, not by the profiler, with answers that fit it.
@@ -142,6 +143,8 @@ FORGED = ["lab0_invented_operators.py", "lab0_answers_from_the_docs.py"]
 PAGED_OUT = sorted(BEHIND_THE_AUDIT)
 MOVED_INTO_WARMUP = ["lab1_preload_warmup.py", "lab2_pool_in_warmup.py", "lab3_precompute_real_decoys.py",
                      "lab4_precompute_real_decoys.py"]
+# The traced steps' results worked out in the profiler's warm-up step, which the trace leaves out.
+HIDDEN_FROM_THE_TRACE = ["lab8_decoy_while_profiled.py"]
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +156,8 @@ def batch(kit, tmp_path_factory) -> Batch:
 
     return Batch(sharing_data(tmp_path_factory.mktemp("trust-kit"), kit), {
         "unaudited": ({}, of(CHEATS, UNAUDITED, False)),
-        "plain": ({}, of(CHEATS, DECOYS + MOVED_INTO_WARMUP + RESPELLED + RECIPE + PAGED_OUT + FORGED,
+        "plain": ({}, of(CHEATS, DECOYS + MOVED_INTO_WARMUP + HIDDEN_FROM_THE_TRACE + RESPELLED + RECIPE + PAGED_OUT
+                              + FORGED,
                               True)),
     })
 
@@ -266,11 +270,13 @@ def test_per_sample_reads_through_bincount_sizes_are_still_reads(batch):
 
 
 @pytest.mark.parametrize("name, op", [("lab8_nhwc_affine.py", "aten::mul"), ("lab8_rows_affine.py", "aten::addcmul"),
-                                      ("lab8_foreach_affine.py", "aten::_foreach_mul_")])
+                                      ("lab8_foreach_affine.py", "aten::_foreach_mul_"),
+                                      ("lab8_batch_shared_affine.py", "aten::addcmul")])
 def test_a_batch_norm_applied_on_another_view_is_still_a_batch_norm(batch, name, op):
     """Lab 8: every batch norm applied by hand as a per-channel scale and shift, nothing folded, on the
     activation seen as (N, H, W, C) or as (N*H*W, C) rows, the per-channel tensors (C,); or through
-    torch._foreach_mul_ on lists of one tensor."""
+    torch._foreach_mul_ on lists of one tensor; or with its factors materialised to (1, C, H, W), which
+    every image of the batch shares (from a red-team pass: 1.40x, passed before)."""
     code, report = batch.report("plain", CHEATS / name)
     assert code == 1, explain(report)
     caught(report, "evidence", "batch-norm calls per batch is still")
@@ -369,6 +375,18 @@ def test_the_work_floor_counts_products_by_size_and_sparse_ones_not_at_all(tmp_p
     work = evidence.work_flops(evidence.load(path), ("aten::mm", "aten::addmm", "aten::convolution"))
     assert work.value == 2 * 64 * 32 * 16 + 2 * 8 * 32 * 16 + 2 * 4 * 16 * 16 * 16 * 3 * 3 * 3
     assert work.details["calls_per_step"] == 4
+
+
+@pytest.mark.parametrize("name", HIDDEN_FROM_THE_TRACE)
+def test_results_worked_out_in_the_profilers_warm_up_step_fail(batch, name):
+    """Lab 8, from a red-team pass (passed at 1.50x before): the traced steps run a decoy (the convolutions
+    without the batch norms) and yield logits the real model worked out in the profiler's warm-up step, which
+    the trace leaves out. The kernel's count of that step's CPU, beside a traced step's, gives it away."""
+    code, report = batch.report("plain", CHEATS / name)
+    assert code == 1, explain(report)
+    caught(report, "same_results", "the profiler's warm-up step, which is not in the trace")
+    warmup, traced = report["warmup"]["learner_s"]
+    assert warmup > report["warmup"]["allowed_s"] and warmup > 2 * traced, explain(report)
 
 
 @pytest.mark.parametrize("name", MOVED_INTO_WARMUP)
