@@ -58,11 +58,46 @@ class Result:
 _waited: list[float] = []
 
 
+class _Ahead:
+    """The files a full run checks, in order, each set up while the one before it is (``staging.ahead``, as
+    ``proflab grade`` sets up a class): the next file's server imports torch beside the current one's, never
+    beside a timed step (``forkserver.settle``)."""
+
+    def __init__(self, lab, files: list[Path]):
+        self.lab, self.files, self.staged = lab, list(files), {}
+
+    def take(self, file: Path):
+        """The set-up of ``file``, if it was set up ahead (else None: its check sets itself up); the next
+        file's begins now."""
+        from ..grading import staging
+
+        mine = self.staged.pop(file, None)
+        if file in self.files:
+            at = self.files.index(file)
+            self.files = self.files[at + 1:]
+            if mine is None and self.files:  # two by two: this one's and the next one's servers import together
+                mine = staging.ahead(self.lab, file)
+                nxt = self.files[0]
+                if nxt not in self.staged:
+                    self.staged[nxt] = staging.ahead(self.lab, nxt)
+        return mine
+
+    def close(self) -> None:
+        for stage in self.staged.values():
+            if stage is not None:
+                stage.close()
+        self.staged = {}
+
+
+_ahead: _Ahead | None = None
+
+
 def _report(lab, file: Path, label: str, audited: bool = True) -> dict:
     from ..grading import checks
     from ..reporting import report
 
-    made = json.loads(report.to_json(checks.check(lab, file, label=label, audited=audited)))
+    staged = _ahead.take(file) if _ahead is not None else None
+    made = json.loads(report.to_json(checks.check(lab, file, label=label, audited=audited, staged=staged)))
     _waited.append(float(made.get("waited_s") or 0.0))
     return made
 
@@ -344,15 +379,38 @@ def validate(root: Path, number: int, times: int = 2, quick: bool = False) -> It
         for name in ("reference", "exercise", "alternatives", "cheats"):
             yield Result(name, None, "not run: fix the checks above first")
     else:
+        global _ahead
+        if plain(lab) and not quick:
+            os.environ["PROFLAB_CHEAT_LAB"] = str(lab.number)  # tests/cheats/_lab.py: the lab they start from
         with forkserver.session():
-            yield _timed(lambda: check_reference(lab, 1 if quick else times))
-            yield _timed(lambda: check_exercise(lab, 1 if quick else times))
-            if quick:
-                yield Result("alternatives", None, "not run (--quick)")
-                yield Result("cheats", None, "not run (--quick)")
-            else:
-                yield _timed(lambda: check_alternatives(lab))
-                yield _timed(lambda: check_cheats(lab, root / "tests" / "cheats"))
+            _ahead = _Ahead(lab, _planned(root, lab, quick))
+            try:
+                yield from _graded(root, lab, 1 if quick else times, quick)
+            finally:
+                _ahead.close()
+                _ahead = None
     yield Result("page", None, "not run (--quick)") if quick else _timed(lambda: check_page(root, lab))
     yield check_tests(root, lab)
     yield Result("finished", None, "not run (--quick)") if quick else check_finished(root, lab)
+
+
+def _planned(root: Path, lab, quick: bool) -> list[Path]:
+    """The files the checks below grade, in their order (each file once: a file checked again is set up then)."""
+    files = [lab.solution, lab.exercise]
+    if not quick:
+        files += [row.file for row in expectations.of_lab(lab.number) if row.file.is_file()]
+        if plain(lab):
+            files += [root / "tests" / "cheats" / trick for trick in TRICKS]
+    return files
+
+
+def _graded(root: Path, lab, times: int, quick: bool) -> Iterator[Result]:
+    """The checks that grade files, in order."""
+    yield _timed(lambda: check_reference(lab, times))
+    yield _timed(lambda: check_exercise(lab, times))
+    if quick:
+        yield Result("alternatives", None, "not run (--quick)")
+        yield Result("cheats", None, "not run (--quick)")
+    else:
+        yield _timed(lambda: check_alternatives(lab))
+        yield _timed(lambda: check_cheats(lab, root / "tests" / "cheats"))
