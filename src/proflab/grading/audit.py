@@ -85,13 +85,13 @@ ALLOWANCES: dict[str, str] = {
 # What a lab's manifest may refuse beyond the default (``[audit] refuse``).
 RESTRICTIONS: dict[str, str] = {
     "untraced_reads": "numpy, .numpy(), storages, data_ptr(), DLPack, and a tensor's bytes serialized (.save(), "
-                      "pickle, struct): reads of tensor values the trace cannot show (a lab that counts its "
+                      "pickle): reads of tensor values the trace cannot show (a lab that counts its "
                       "reads or its lookups from the trace)",
 }
 _UNTRACED_ATTRS = frozenset({"numpy", "untyped_storage", "storage", "data_ptr", "__array__", "__dlpack__",
                              "to_dlpack", "from_dlpack", "dlpack", "__array_interface__",
                              "save", "__reduce_ex__", "__reduce__", "__getstate__"})
-_UNTRACED_MODULES = ("numpy", "torch.utils.dlpack", "pickle", "copyreg", "struct", "array", "marshal")
+_UNTRACED_MODULES = ("numpy", "torch.utils.dlpack", "pickle", "copyreg", "marshal")
 _UNTRACED_MESSAGE = ("this lab reads its evidence from the trace, and `{name}` reads a tensor's values where the "
                      "profiler cannot see it: keep to torch's own operations (indexing, .item(), .tolist()), "
                      "which the trace records")
