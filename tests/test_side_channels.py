@@ -31,6 +31,7 @@ def tried(what, call):
 tried("unix", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
 tried("unix-dgram", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
 tried("netlink", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 2))  # NETLINK_USERSOCK
+tried("netlink-route", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close())  # getifaddrs
 tried("packet", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM))
 tried("inet6", lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM).close())
 tried("inet", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())
@@ -53,7 +54,7 @@ def test_a_ranks_filter_refuses_sockets_but_the_networks_and_shared_ipc_objects_
     assert int(said["installed"]) > 0, out.stdout + out.stderr
     assert said["unix"] == "refused 1" and said["unix-dgram"] == "refused 1", out.stdout
     assert said["netlink"] == "refused 1" and said["packet"] == "refused 1", out.stdout
-    assert said["inet"] == said["inet6"] == said["socketpair"] == "allowed", out.stdout
+    assert said["inet"] == said["inet6"] == said["socketpair"] == said["netlink-route"] == "allowed", out.stdout
     assert said["shmget"] == said["semget"] == said["msgget"] == "refused", out.stdout
     assert said["pipe"] == "allowed", out.stdout
 

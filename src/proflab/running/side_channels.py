@@ -13,10 +13,13 @@ So before the lab file runs, each rank installs a seccomp filter (open to
 an unprivileged process once ``no_new_privs`` is set, as Landlock sets it)
 that refuses, with EPERM:
 
-* ``socket()`` of any family but the network's (``AF_INET``, ``AF_INET6``):
-  a Unix socket to listen on or to connect with, a netlink socket (unicast
-  between processes, ``NETLINK_USERSOCK``, open to any user), a packet,
-  VSOCK or TIPC socket. ``socketpair``, which connects a process with
+* ``socket()`` of any family but the network's (``AF_INET``, ``AF_INET6``)
+  and netlink to the kernel's routing tables (``NETLINK_ROUTE``, where the
+  collectives' library looks up the interfaces; a process without
+  ``CAP_NET_ADMIN`` may send there only to the kernel): a Unix socket to
+  listen on or to connect with, a netlink socket of another protocol
+  (``NETLINK_USERSOCK`` carries messages between processes, open to any
+  user), a packet, VSOCK or TIPC socket. ``socketpair``, which connects a process with
   itself, stays open: a DataLoader's workers use it;
 * ``shmget``, ``semget``, ``msgget`` and ``mq_open``: opening or making a
   System V segment, semaphore set or queue, or a POSIX queue, by key or by
@@ -44,7 +47,9 @@ import struct
 
 # struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6]
 _NR, _ARCH, _ARG0 = 0, 4, 16  # args[0]'s low 32 bits (little-endian)
-_AF_INET, _AF_INET6 = 2, 10  # the only socket families a rank may open: the network's
+_AF_INET, _AF_INET6, _AF_NETLINK = 2, 10, 16  # the socket families a rank may open
+_ARG2 = 32  # args[2]'s low 32 bits: socket()'s protocol
+_NETLINK_ROUTE = 0  # the kernel's routing tables: a user process may send there, never to another process
 _X32_BIT = 0x40000000
 # (AUDIT_ARCH_*, system call numbers: socket, shmget, semget, msgget, mq_open)
 _ARCHES = {
@@ -88,9 +93,16 @@ def program(machine: str | None = None) -> list[tuple[int, int, int, int]]:
         jump_to_deny(_JEQ_K, numbers[name])
     prog.append((_JEQ_K, 1, 0, numbers["socket"]))
     prog.append((_RET_K, 0, 0, _ALLOW))
+    # socket(): the network's own families, and netlink to the kernel's routing tables (where the collectives
+    # look up the machine's interfaces, getifaddrs); any other family or netlink protocol is refused, right
+    # after these eight instructions
     prog.append((_LD_W_ABS, 0, 0, _ARG0))
-    prog.append((_JEQ_K, 1, 0, _AF_INET))  # the network's own families: allowed; any other refused
-    prog.append((_JEQ_K, 0, 1, _AF_INET6))
+    prog.append((_JEQ_K, 2, 0, _AF_INET))  # -> allow
+    prog.append((_JEQ_K, 1, 0, _AF_INET6))  # -> allow
+    prog.append((_JEQ_K, 1, 4, _AF_NETLINK))  # -> its protocol; else -> refused
+    prog.append((_RET_K, 0, 0, _ALLOW))
+    prog.append((_LD_W_ABS, 0, 0, _ARG2))
+    prog.append((_JEQ_K, 0, 1, _NETLINK_ROUTE))  # -> allow; else -> refused
     prog.append((_RET_K, 0, 0, _ALLOW))
     refusal = len(prog)  # the socket family test falls through to here
     prog.append((_RET_K, 0, 0, _ERRNO))
