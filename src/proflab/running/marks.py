@@ -4,8 +4,9 @@ time of its processes and threads, read from ``/proc``.
 The runner writes a mark at every step through a pipe (``B`` before the first step, ``W`` after each warm-up
 step, ``S``, a ``T`` after each timed step, ``E``, ``P`` and ``Q`` around each profiled step, ``C`` and ``c``
 around each compilation, ``H`` and the trace's SHA-256). A thread of the checker stamps each as it arrives
-(``_read_marks``); at ``B``, the first ``W``, ``S``, ``E``, the first ``P`` and the last ``Q`` the run waits
-stopped while its CPU time is read.
+(``_read_marks``); at ``B``, the first ``W``, ``S``, ``E``, the first ``P``, the first ``Q`` (the end of the
+profiler's warm-up step, which is not in the trace) and the last ``Q`` the run waits stopped while its CPU
+time is read. At ``S`` and ``E`` the bytes its sandbox's network has sent are read too (``network_bytes``).
 ``_from_outside`` then replaces the run's own timings by these stamps, and fails a run whose marks or clock
 disagree with them.
 """
