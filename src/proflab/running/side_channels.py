@@ -51,7 +51,7 @@ _AF_INET, _AF_INET6, _AF_NETLINK = 2, 10, 16  # the socket families a rank may o
 _ARG2 = 32  # args[2]'s low 32 bits: socket()'s protocol
 _NETLINK_ROUTE = 0  # the kernel's routing tables: a user process may send there, never to another process
 _X32_BIT = 0x40000000
-# (AUDIT_ARCH_*, system call numbers: socket, shmget, semget, msgget, mq_open)
+# (AUDIT_ARCH_*, the numbers of the system calls the filter reads)
 _ARCHES = {
     "x86_64": (0xC000003E, {"socket": 41, "shmget": 29, "semget": 64, "msgget": 68, "mq_open": 240,
                             "io_uring_setup": 425}),
@@ -104,7 +104,7 @@ def program(machine: str | None = None) -> list[tuple[int, int, int, int]]:
     prog.append((_LD_W_ABS, 0, 0, _ARG2))
     prog.append((_JEQ_K, 0, 1, _NETLINK_ROUTE))  # -> allow; else -> refused
     prog.append((_RET_K, 0, 0, _ALLOW))
-    refusal = len(prog)  # the socket family test falls through to here
+    refusal = len(prog)  # where every refusal above jumps
     prog.append((_RET_K, 0, 0, _ERRNO))
     for at in deny:
         code, _, jf, k = prog[at]
