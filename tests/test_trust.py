@@ -213,10 +213,15 @@ def test_reads_on_another_thread_are_counted(batch):
 
 def test_fused_only_while_profiled_is_not_faster(batch):
     """The profiled steps run the fused block, the timed ones the original's: the evidence passes, the
-    timing does not."""
+    timing does not. Its profiler's warm-up step, left out of the trace, still runs the original's block: the
+    kernel's count of that step's CPU against a traced step's gives it away first (a traced step 12.5-18.0 ms,
+    its warm-up 28.5-43.4 ms of CPU, in four checks)."""
     code, report = unaudited(batch, "lab3_patch_profiler.py")
-    # About 1.0x against a 1.1x threshold: failed, or too close to call within the lab's rounds; never passed.
     assert code in (1, 4), explain(report)
+    if statuses(report)["same_results"] == "failed":
+        caught(report, "same_results", "the profiler's warm-up step, which is not in the trace")
+        return
+    # About 1.0x against a 1.1x threshold: failed, or too close to call within the lab's rounds; never passed.
     assert statuses(report)["faster"] in ("failed", "inconclusive"), explain(report)
 
 
