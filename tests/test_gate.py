@@ -201,6 +201,7 @@ def test_different_results_fail_unless_allowed(project):
     assert "'loss'" in report["different"] and statuses(report)["same_results"] == "passed"
 
 
+@pytest.mark.load_free
 def test_a_broken_candidate_fails_and_a_broken_baseline_cannot_gate(project):
     (project / "broken.py").write_text(PIPELINE.format(step_ms=20).replace("step += 1", "step += 1\n        "
                                                                                          "raise RuntimeError('boom')"))
@@ -216,6 +217,7 @@ def test_a_broken_candidate_fails_and_a_broken_baseline_cannot_gate(project):
     assert both.returncode == 3 and "fails too" in both.stdout
 
 
+@pytest.mark.load_free
 def test_bad_settings_are_usage_errors_that_say_where(project):
     (project / "pyproject.toml").write_text(SETTINGS.replace("timed_steps = 4", "timed_step = 4"))
     proc = gate(project, "--baseline", "pipeline.py")

@@ -49,6 +49,7 @@ def test_reference_removes_most_of_the_dataloader_wait(solution_check):
         assert not any("more to gain" in d for d in evidence["details"])
 
 
+@pytest.mark.load_free
 def test_untouched_exercise_fails_on_the_evidence(exercise_check):
     code, report = exercise_check
     assert code == 1
@@ -61,6 +62,7 @@ def test_untouched_exercise_fails_on_the_evidence(exercise_check):
     assert report["comparison"] is None
 
 
+@pytest.mark.load_free
 def test_untouched_exercise_is_recorded_as_failing(exercise_kit, exercise_check):
     listing = exercise_kit.run("list")
     assert listing.returncode == 0
@@ -72,6 +74,7 @@ def grade(kit, name: str, *extra: str) -> tuple[int, dict]:
     return kit.check_decided("1", "--file", str(LEARNER_FILES / name), *extra)
 
 
+@pytest.mark.load_free
 def test_a_file_that_does_not_parse(fresh_kit):
     code, report = grade(fresh_kit, "lab1_syntax_error.py")
     assert code == 1
@@ -85,6 +88,7 @@ def test_a_file_that_does_not_parse(fresh_kit):
     assert shown.returncode == 1 and "against the original" in shown.stdout and "on ?" not in shown.stdout
 
 
+@pytest.mark.load_free
 def test_a_file_that_raises_names_the_line(fresh_kit):
     code, report = grade(fresh_kit, "lab1_raises.py")
     assert code == 1
@@ -97,6 +101,7 @@ def test_a_file_that_raises_names_the_line(fresh_kit):
     assert "Traceback" in report["traceback"], "--verbose has the full traceback to show"
 
 
+@pytest.mark.load_free
 def test_a_file_without_pipeline(fresh_kit):
     code, report = grade(fresh_kit, "lab1_no_pipeline.py")
     assert code == 1
@@ -105,6 +110,7 @@ def test_a_file_without_pipeline(fresh_kit):
     assert "defines no pipeline(cfg)" in runs["rationale"]
 
 
+@pytest.mark.load_free
 def test_a_file_that_hangs_is_stopped_at_the_time_limit(fresh_kit):
     # It hangs in its fourth step, whatever the machine: any limit stops it, and a short one costs the suite less.
     code, report = grade(fresh_kit, "lab1_hangs.py", "--timeout", "10")
@@ -115,6 +121,7 @@ def test_a_file_that_hangs_is_stopped_at_the_time_limit(fresh_kit):
     assert report["duration_s"] < 60
 
 
+@pytest.mark.load_free
 def test_a_file_that_crashes_the_interpreter(fresh_kit, monkeypatch):
     # It crashes through ctypes, which the source audit refuses (tests/test_audit.py): with the audit
     # off, the run itself shows how a crash is reported.
@@ -126,6 +133,7 @@ def test_a_file_that_crashes_the_interpreter(fresh_kit, monkeypatch):
     assert "killed by SIGSEGV" in runs["rationale"]
 
 
+@pytest.mark.load_free
 def test_skipping_batches_fails_on_results(fresh_kit):
     code, report = grade(fresh_kit, "lab1_skips_batches.py")
     assert code == 1
@@ -135,6 +143,7 @@ def test_skipping_batches_fails_on_results(fresh_kit):
     assert "same samples in the same order" in same["help"]
 
 
+@pytest.mark.load_free
 def test_a_smaller_batch_fails_on_results(fresh_kit):
     code, report = grade(fresh_kit, "lab1_smaller_batch.py")
     assert code == 1
@@ -143,6 +152,7 @@ def test_a_smaller_batch_fails_on_results(fresh_kit):
     assert "has shape (16,), the original's (32,)" in same["rationale"]
 
 
+@pytest.mark.load_free
 def test_the_human_report_is_short_and_has_no_traceback(fresh_kit):
     proc = fresh_kit.run("check", "1", "--file", str(LEARNER_FILES / "lab1_raises.py"))
     assert proc.returncode == 1

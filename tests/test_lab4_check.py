@@ -42,6 +42,7 @@ def test_reference_reads_once_per_log_interval(lab4_solution):
     assert "5 round trips per step" in faster["actual"] and "0.1 round trips per step" in faster["actual"]
 
 
+@pytest.mark.load_free
 def test_untouched_exercise_fails(fresh_kit):
     code, report = fresh_kit.check_json("syncs")
     assert code == 1
@@ -52,6 +53,7 @@ def test_untouched_exercise_fails(fresh_kit):
     assert "aten::item" in evidence["help"]
 
 
+@pytest.mark.load_free
 def test_dropping_the_confusion_matrix_fails_on_results(fresh_kit):
     code, report = fresh_kit.check_json("4", "--file", str(LEARNER_FILES / "lab4_no_confusion.py"))
     assert code == 1

@@ -50,6 +50,7 @@ def test_reference_keeps_no_memory_per_step(lab5_solution):
     assert "never freed" in ev["learner"]["summary"]
 
 
+@pytest.mark.load_free
 def test_untouched_exercise_fails_on_the_evidence(fresh_kit):
     code, report = fresh_kit.check_json("memory")
     assert code == 1

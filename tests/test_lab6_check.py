@@ -51,6 +51,7 @@ def test_reference_solution_passes_with_every_rank_checked(lab6_solution):
         assert all(Path(p).is_file() for p in report["rank_traces"][which])
 
 
+@pytest.mark.load_free
 def test_untouched_exercise_fails_on_the_evidence(fresh_kit):
     code, report = fresh_kit.check_json("distributed")
     assert code == 1, explain(report)
@@ -111,6 +112,7 @@ def fault_file(kit, name: str, old: str, new: str) -> Path:
 STEP = "            optimizer.step()\n"
 
 
+@pytest.mark.load_free
 def test_a_rank_that_hangs_ends_the_job_at_the_time_limit_named(fresh_kit):
     path = fault_file(fresh_kit, "hangs.py", STEP, STEP + "            if dist.get_rank() == 1:\n"
                       "                time.sleep(3600)  # rank 0 then waits for it in its next all-reduce\n")
@@ -124,6 +126,7 @@ def test_a_rank_that_hangs_ends_the_job_at_the_time_limit_named(fresh_kit):
     assert "rank 1 was at hangs.py line" in runs["rationale"] and "time.sleep(3600)" in runs["rationale"], runs
 
 
+@pytest.mark.load_free
 def test_a_rank_that_crashes_ends_the_job_named(fresh_kit):
     path = fault_file(fresh_kit, "crashes.py", STEP, STEP + "            if dist.get_rank() == 1:\n"
                       "                ctypes.string_at(0)  # a segmentation fault\n")
@@ -141,6 +144,7 @@ def test_a_rank_that_crashes_ends_the_job_named(fresh_kit):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.load_free
 def test_a_rank_that_raises_is_named_not_the_rank_that_lost_it(fresh_kit):
     path = fault_file(fresh_kit, "raises.py", STEP, STEP + "            if dist.get_rank() == 1:\n"
                       "                raise ValueError('rank 1 gives up')\n")
@@ -152,6 +156,7 @@ def test_a_rank_that_raises_is_named_not_the_rank_that_lost_it(fresh_kit):
     assert runs["actual"] == "rank 1 of 2: ValueError: rank 1 gives up", runs
 
 
+@pytest.mark.load_free
 def test_a_file_that_never_joins_the_process_group_is_told_so(fresh_kit):
     path = fault_file(fresh_kit, "alone.py", "    dist.init_process_group(cfg.backend)", "    pass")
     source = path.read_text()
@@ -167,6 +172,7 @@ def test_a_file_that_never_joins_the_process_group_is_told_so(fresh_kit):
     assert "rank 0 of 2" in runs["rationale"] or "rank 1 of 2" in runs["rationale"]
 
 
+@pytest.mark.load_free
 def test_ctrl_c_during_a_check_stops_every_rank(fresh_kit):
     proc = subprocess.Popen([sys.executable, "-m", "proflab", "check", "6"], cwd=fresh_kit.root,
                             env=fresh_kit.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -235,6 +241,7 @@ def test_a_lost_connection_is_told_from_a_failure_of_its_own():
 
 # --- the lab from the other doors: running the file, grading a class -------------------------------
 
+@pytest.mark.load_free
 def test_python_exercise_py_runs_the_job_and_torchrun_is_told_the_kit_starts_it(fresh_kit):
     exercise = fresh_kit.root / "labs" / "06_distributed" / "exercise.py"
     proc = subprocess.run([sys.executable, str(exercise)], cwd=fresh_kit.root, env=fresh_kit.env(),

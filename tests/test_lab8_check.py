@@ -56,6 +56,7 @@ def test_reference_runs_no_batch_norm(reference_check):
     assert ev["learner"]["value"] == 0
 
 
+@pytest.mark.load_free
 def test_untouched_exercise_fails(fresh_kit):
     code, report = fresh_kit.check_json("serving")
     assert code == 1

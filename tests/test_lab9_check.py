@@ -61,6 +61,7 @@ def failing_or_passing(report: dict) -> dict:
     return next(c for c in report["checks"] if c["name"] == "evidence")
 
 
+@pytest.mark.load_free
 def test_the_untouched_exercise_fails_naming_all_three(fresh_kit):
     code, report = fresh_kit.check_json(str(NUMBER))
     assert code == 1, explain(report)

@@ -87,3 +87,14 @@ def test_a_loader_that_asks_for_the_whole_epoch_at_once_is_told_its_start_up_cou
     assert (line is not None) == weighs, explain(report)
     if line is not None:
         assert f"{first['learner_s']:.2f} s" in line and f"{first['allowance_s']:.2f} s" in line, line
+
+
+def test_samples_loaded_by_threads_beside_the_steps_still_pass(batch):
+    """Lab 1's thread-pool fix: its reads are in the trace, on the pool's threads, while the step trains
+    (the loading attempts that must fail: tests/test_evidence_spellings.py)."""
+    code, report = batch.decided("sound", "1", LEARNER_FILES / "lab1_threadpool.py")
+    assert code == 0, explain(report)
+    assert set(statuses(report).values()) == {"passed"}, explain(report)
+    wait = report["evidence"]
+    assert wait["metric"] == "dataloader_wait", explain(report)
+    assert wait["learner"]["value"] < 0.2 * wait["original"]["value"], explain(report)

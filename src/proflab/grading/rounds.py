@@ -71,6 +71,8 @@ class Rounds:
         self.differing: Differing | None = None  # the learner's run that did other work than the original's
         self.unchanged = False  # the file is the original, byte for byte
         self._seeds: dict[int, int] = {}
+        self._data: Path | None = None  # the lab's data, verified once the file as handed in is judged
+        self._data_print: dict = {}
 
     def moments(self) -> Iterator[str]:
         """The check from start to end: set up, then its moments, then its traces published and its copies
@@ -81,31 +83,25 @@ class Rounds:
         # checks at once left lab 0's sound profile inconclusive, its rounds 0.70-1.18x.)
         with slots.turn(asked.on_progress) as slot, forkserver.session():  # torch imported once for the check's runs
             report.waited_s += slot.waited_s
-            # both versions' servers start importing now
-            staged = asked.staged or stage(self.lab, asked.file, asked.workdir)
+            # (a check set up ahead has its servers importing already; else they start once the file as
+            # handed in has been judged)
+            staged = asked.staged or stage(self.lab, asked.file, asked.workdir, warm=False)
             try:
                 if staged.error:
                     report.verdict, report.error = "error", staged.error
                     return
                 report.file_sha256 = labs.sha256(staged.learner)
                 try:
-                    # While the servers import, the data are verified; then every server of the session is
-                    # waited for: no timed run shares the machine with an import.
-                    data = prepare_data(self.lab)
-                    try:
-                        forkserver.settle(self.lab.workload.timeout_s)
-                    except forkserver.EngineFailed as e:
-                        raise NotGraded(str(e)) from None
-                    yield from self._rounds(staged, data)
+                    yield from self._rounds(staged)
                 finally:
                     publish_traces(self.lab, asked.label, report)
                     name_the_file(report, staged.learner, Path(asked.file))
             finally:
                 staged.close()
 
-    def _rounds(self, staged: Stage, data: Path | None) -> Iterator[str]:
+    def _rounds(self, staged: Stage) -> Iterator[str]:
         lab, report = self.lab, self.report
-        self.file, self._staged, self._data, self._data_print = staged.learner, staged, data, fingerprint(data)
+        self.file, self._staged = staged.learner, staged
         if labs.sha256(staged.original) != lab.original_sha256:
             report.verdict = "error"
             report.error = (f"{lab.original} was edited, so there is nothing trustworthy to compare against. "
@@ -113,6 +109,15 @@ class Rounds:
                             f"(`git checkout -- {paths.display(lab.original)}`).")
             return
         yield BEFORE
+        # Both versions' servers start importing now; meanwhile the data are verified; then every server of
+        # the session is waited for: no timed run shares the machine with an import.
+        staged.warm()
+        data = prepare_data(lab)
+        try:
+            forkserver.settle(lab.workload.timeout_s)
+        except forkserver.EngineFailed as e:
+            raise NotGraded(str(e)) from None
+        self._data, self._data_print = data, fingerprint(data)
         since, waited_before = time.perf_counter(), report.waited_s
         # A file that is still the original, byte for byte (the untouched exercise), runs once: that run is
         # the original's too, and the evidence, read from its trace, cannot show a change.

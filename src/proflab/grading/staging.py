@@ -101,6 +101,17 @@ class Stage:
     original: Path | None = None
     preload: tuple[str, ...] = ()
     error: str = ""
+    warmed: bool = False
+
+    def warm(self) -> None:
+        """Both versions' servers importing (at once, each in its own sandbox: the learner's runs never
+        reach the original's). Once: a check set up ahead has started them already."""
+        if self.warmed or self.learner is None:
+            return
+        self.warmed = True
+        lab = self.lab
+        execute.warm(lab, self.preload, original_role(lab), self.original, lab.folder, reads=original_reads())
+        execute.warm(lab, self.preload, str(self.learner), self.learner, self.workdir)
 
     def close(self) -> None:
         """Its learner's server stopped (the original's serves the next check too), its folder removed."""
@@ -109,10 +120,12 @@ class Stage:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-def stage(lab: labs.Lab, file: Path, workdir: Path | None = None) -> Stage:
+def stage(lab: labs.Lab, file: Path, workdir: Path | None = None, warm: bool = True) -> Stage:
     """Set up the check of ``file`` now: its workspace, the copies it grades (taken now: saving the file
     again later changes nothing), and, inside a ``forkserver.session``, both versions' servers, which
-    start importing at once. ``close`` it when its check is over (or will never come)."""
+    start importing at once (``warm``; else when the check calls ``Stage.warm``, once the file as handed in
+    has been judged: a file refused before it runs costs no import). ``close`` it when its check is over
+    (or will never come)."""
     work = new_workspace("check-")
     found = Stage(lab, Path(file), work, Path(workdir) if workdir else Path(file).resolve().parent)
     try:
@@ -126,11 +139,9 @@ def stage(lab: labs.Lab, file: Path, workdir: Path | None = None) -> Stage:
         except OSError as e:
             raise NotGraded(f"the lab's original {paths.display(lab.original)} cannot be read "
                             f"({e.strerror or e})") from None
-        # Each version's runs are forked from a server of its own, in a sandbox of its own: the
-        # learner's runs never reach the original's.
         found.preload = execute.preload_for(lab.original, found.learner)
-        execute.warm(lab, found.preload, original_role(lab), found.original, lab.folder, reads=original_reads())
-        execute.warm(lab, found.preload, str(found.learner), found.learner, found.workdir)
+        if warm:
+            found.warm()
     except BaseException:
         found.close()
         raise
