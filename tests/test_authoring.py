@@ -155,6 +155,9 @@ def test_what_validate_runs_is_said_and_its_wait_for_the_machine_shown_apart(new
     assert "the reference fix, 1×: it must pass every time" in said, said
     waits = [int(w) for w in re.findall(r"(\d+) s of it waiting for other checks", said)]
     assert waits and waits[0] >= 3 and time.monotonic() - started >= 6, said  # the reference waited its turn
+    # a wait is told once: never more than the time it is part of (a check's turn and its rounds' inside it)
+    for spent, waited in re.findall(r"\((\d+) s, (\d+) s of it waiting for other checks\)", said):
+        assert int(waited) <= int(spent), said
     assert re.search(r"s in all; \d+ s of it waiting for other checks on this machine", said), said
 
 
@@ -206,8 +209,12 @@ def test_validate_says_what_the_skeleton_leaves_to_write(new_lab):
     said = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True).stdout
     assert said.startswith("False TODO left in"), said
     for place in (f"labs/{number:02d}_demo/lab.toml", f"docs/labs/{number:02d}-demo.md", "src/proflab/labkit/demo.py",
-                  "mkdocs.yml (the lab's line)", "docs/index.md (the lab's line)"):
+                  "docs/index.md (the lab's line)"):
         assert place in said, (place, said)
+    # the title given to new-lab is the author's own: its nav line has nothing left to write
+    assert "mkdocs.yml" not in said, said
+    assert f'"{number} · A demo lab": labs/{number:02d}-demo.md' in (root / "mkdocs.yml").read_text()
+    assert 'title = "A demo lab"' in (root / "labs" / f"{number:02d}_demo" / "lab.toml").read_text()
 
 
 def test_a_metric_written_with_the_lab_comes_before_validating_it(tmp_path):

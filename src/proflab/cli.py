@@ -102,7 +102,7 @@ def cmd_check(args) -> int:
     with _status(doing, enabled=True) as update, slots.turn(update) as slot:
         result = checks.check(lab, file, label=label, device=args.device, rounds=args.rounds,
                               timeout_s=args.timeout, on_progress=update, audited=_audited())
-        result.waited_s += slot.waited_s
+        result.waited_s += slot.take_wait()
         if summaries.to_write(lab, result):
             update("Writing TensorBoard summaries…")
             _summaries(lambda: summaries.write_check(lab, result))

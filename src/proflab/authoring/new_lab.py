@@ -96,8 +96,11 @@ def new_lab(root: Path, name: str, title: str = "", number: int | None = None) -
                 f"tests/test_lab{number}_check.py", f"tests/learner_files/lab{number}.md"):
         if (root / rel).exists():
             raise AuthoringError(f"{rel} exists already; remove it or choose another name")
+    # a title the author gave is theirs; one made from the name is still to write
+    todo = "" if title else "TODO "
     title = title or name.replace("_", " ")
-    values = dict(number=number, name=name, title=title, folder=folder, slug=slug, module=module,
+    values = dict(number=number, name=name, title=title, todo=todo, todo_colon=todo and "TODO: ", folder=folder,
+                  slug=slug, module=module,
                   data_seed=1_000_003 * (number + 1), weights_seed=2_000_029 * (number + 1))
     original = _fill("original.py.tmpl", **values)
     written = Written()
@@ -116,8 +119,8 @@ def new_lab(root: Path, name: str, title: str = "", number: int | None = None) -
                                                                   **values), written)
 
     edits = {
-        "mkdocs.yml": (r"\s+- \"\d+ · .*\": labs/\d\d-", f'      - "{number} · TODO {title}": labs/{slug}.md\n'),
-        "docs/index.md": (r"\| \d+ \| \[", f"| {number} | [TODO {title}](labs/{slug}.md) | TODO: the symptom | "
+        "mkdocs.yml": (r"\s+- \"\d+ · .*\": labs/\d\d-", f'      - "{number} · {todo}{title}": labs/{slug}.md\n'),
+        "docs/index.md": (r"\| \d+ \| \[", f"| {number} | [{todo}{title}](labs/{slug}.md) | TODO: the symptom | "
                                            "TODO: what it teaches |\n"),
     }
     for rel, (pattern, line) in edits.items():

@@ -159,7 +159,7 @@ def run(s: Settings, on_progress: Progress = lambda message: None) -> GateReport
             gate = _prepare(s, work, report)
             try:
                 with slots.turn(on_progress) as slot, forkserver.session():  # one turn: imports, rounds, reading
-                    report.waited_s += slot.waited_s
+                    report.waited_s += slot.take_wait()
                     preload = execute.preload_for(gate.baseline, gate.candidate)
                     # each in a sandbox of its own
                     execute.warm(gate.lab, preload, str(gate.baseline), gate.baseline, gate.baseline_workdir,
@@ -280,7 +280,7 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
     while True:
         round_no += 1
         with slots.turn(on_progress) as slot:  # the round in one turn at the machine: its runs, and reading them
-            report.waited_s += slot.waited_s
+            report.waited_s += slot.take_wait()
             for which in (("candidate", "baseline") if round_no % 2 else ("baseline", "candidate")):
                 outcome = run_one(which, round_no)
                 if which == "candidate" and not done["candidate"]:

@@ -82,7 +82,7 @@ class Rounds:
         # (Turns taken per round let the next checks' servers import torch beside a measured round: four
         # checks at once left lab 0's sound profile inconclusive, its rounds 0.70-1.18x.)
         with slots.turn(asked.on_progress) as slot, forkserver.session():  # torch imported once for the check's runs
-            report.waited_s += slot.waited_s
+            report.waited_s += slot.take_wait()
             # (a check set up ahead has its servers importing already; else they start once the file as
             # handed in has been judged)
             staged = asked.staged or stage(self.lab, asked.file, asked.workdir, warm=False)
@@ -127,7 +127,7 @@ class Rounds:
             # the round in one turn at the machine, its runs and the reading of their results: no other
             # proflab measures, or reads a trace, on these cores meanwhile
             with slots.turn(self.asked.on_progress) as slot:
-                report.waited_s += slot.waited_s
+                report.waited_s += slot.take_wait()
                 if not self._play():
                     return
                 yield FIRST_ROUND if self.round_no == 1 else LATER_ROUND

@@ -51,6 +51,11 @@ class Slot:
     cores: tuple[int, ...] | None  # pinned to these cores; None: all of them (a single slot)
     waited_s: float = 0.0
 
+    def take_wait(self) -> float:
+        """The wait for this turn, told once: to whoever takes it first (a turn inside it then claims none)."""
+        waited, self.waited_s = self.waited_s, 0.0
+        return waited
+
 
 _current: contextvars.ContextVar[Slot | None] = contextvars.ContextVar("proflab_slot", default=None)
 
