@@ -375,6 +375,26 @@ def learner_files(kit: Kit, tmp_path_factory, lab: str, names: list[str]) -> Bat
                  {lab: ({}, [(lab, LEARNER_FILES / name, True) for name in names])})
 
 
+def holding_every_slot(env: dict[str, str]) -> subprocess.Popen:
+    """Another process that holds a turn at the machine (every slot of the folder ``env``'s PROFLAB_SLOTS
+    names, where PROFLAB_SLOT_CORES makes one), returned once it holds it, until its stdin is closed."""
+    holder = subprocess.Popen([sys.executable, "-c", "import sys\nfrom proflab.running import slots\n"
+                               "with slots.turn():\n    print('holding', flush=True)\n    sys.stdin.read()\n"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    assert holder.stdout.readline().strip() == "holding"
+    return holder
+
+
+def waiting_in(folder: Path, timeout: float = 120) -> None:
+    """Returns once a turn waits in the slot folder ``folder``'s queue (a ticket there)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not any(not p.name.startswith(".") for p in (folder / "queue").glob("*")):
+        assert time.monotonic() < deadline, f"no turn waited in {folder} within {timeout} s"
+        time.sleep(0.05)
+
+
 # --- the quick tier ------------------------------------------------------------------------------------
 # `bash tests/run.sh --quick` (pytest -m quick): every test that needs no lab's data and starts no browser,
 # TensorBoard server, container, torchrun job or check of a real lab: the kit's logic on recorded traces,
