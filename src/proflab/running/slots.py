@@ -148,7 +148,7 @@ def turn(on_wait: Callable[[str], None] = lambda message: None) -> Iterator[Slot
     """Hold one of the machine's slots for the body; ``on_wait`` hears where this turn is in the queue."""
     held = _current.get()
     if held is not None:  # a turn inside a turn: the outer one's slot; its wait told once, to the first inside
-        claimed, held.waited_s = held.waited_s, 0.0
+        claimed = held.take_wait()
         yield Slot(held.index, held.cores, claimed)
         return
     try:
