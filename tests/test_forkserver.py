@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from proflab.grading import checks
-from proflab.running import execute, forkserver, sandbox
+from proflab.running import execute, forkserver, processes, sandbox
 from proflab import labs
 
 CALIBRATION = Path(__file__).resolve().parent / "calibration"
@@ -248,3 +248,22 @@ def test_a_server_whose_checker_is_killed_exits(lab):
     while servers() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert servers() == []  # its socket's other end closed: it exits, whatever it was doing
+
+
+def test_a_sandboxed_server_stopped_as_it_starts_leaves_nothing_running(lab, tmp_path):
+    # A check refused at once stops its servers while their sandboxes are still being made: bubblewrap's
+    # first process can outlive the one that started it (it asks to die with its parent only once it runs),
+    # and then goes on importing torch for seconds. Stopped at every moment of the start, nothing is left.
+    import time
+
+    engine = sandbox.engine()
+    if not engine.ok:
+        pytest.skip(f"no sandbox here: {engine.why}")
+    roots = []
+    for i in range(12):
+        server = forkserver.Server(execute.run_env(lab), ("torch",), tmp_path, engine, (lab.folder,))
+        roots.append(str(server.box.root).encode())
+        time.sleep(0.002 * i)
+        server.close()
+    alive = [pid for pid, line in processes.command_lines().items() if any(root in line for root in roots)]
+    assert alive == []

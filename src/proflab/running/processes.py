@@ -87,6 +87,25 @@ def _all() -> dict[int, tuple[int, int, int, int, str]]:
     return found
 
 
+def command_lines() -> dict[int, bytes]:
+    """Every process's command line as /proc holds it (arguments ended by NUL bytes); a process that has
+    exited (a zombie) has none, and is left out."""
+    found = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                line = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if line:
+                found[int(entry)] = line
+    return found
+
+
 # The checker's own helper processes (nvidia-smi asked for a run's device memory): children of this process
 # that no run started, never taken for a run's. Started and registered under the lock a scan reads /proc under.
 _helpers: set[int] = set()

@@ -307,7 +307,32 @@ class Box:
             _remove(entry)
 
     def remove(self) -> None:
+        """Stop whatever still runs in the box, then remove its folder."""
+        self.stop()
         _rmtree(self.root)
+
+    def stop(self, wait_s: float = 5.0) -> None:
+        """Kill the sandbox's first process (bubblewrap's, PID 1 of the box's PID namespace: every process
+        of the box dies with it) where it outlived the process that started it. ``--die-with-parent``
+        misses one case: bubblewrap's first process asks for it only once it runs, so a sandbox killed as
+        it starts (a server stopped while importing, a check refused at once) goes on importing for as
+        long as that takes. It is found by its command line, which binds this box's folder."""
+        import signal
+        import time
+
+        bound = f"\0--bind\0{self.root}\0{self.root}\0".encode()
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = [pid for pid, line in processes.command_lines().items() if bound in line]
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            reap()
+            if not left or time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
 
 
 def _inside(path: Path, folder: Path) -> bool:
