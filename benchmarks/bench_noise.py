@@ -107,7 +107,8 @@ def calibration_lab(root: Path) -> None:
     (folder / "exercise.py").write_text(CALIBRATION_ORIGINAL)
     (folder / "solution.py").write_text(CALIBRATION_ORIGINAL)
     digest = hashlib.sha256(CALIBRATION_ORIGINAL.encode()).hexdigest()
-    (folder / "lab.toml").write_text(f'''number = 95
+    (folder / "lab.toml").write_text(f'''format = 1
+number = 95
 name = "resolution"
 title = "Resolution: a known amount of work per step"
 summary = "Matrix products."

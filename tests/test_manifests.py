@@ -177,7 +177,7 @@ def test_every_problem_of_a_manifest_is_reported_at_once(tmp_path, root_is):
     assert len(lines) == 5, lines
     text = "\n".join(lines)
     for part in ("[workload] rounds must be an integer, 1 or more (got 0)", "name must be a lowercase name",
-                 "has unknown key(s) colour; known: number, name", "[audit] allow must be a list of allowance names",
+                 "has unknown key(s) colour; known: format, number, name", "[audit] allow must be a list of allowance names",
                  "[storage] latency_ms must be a number above 0 (got nan)"):
         assert part in text, text
     proc = kit.run("hint", "1")
@@ -232,6 +232,11 @@ REFUSED = [
     ("[speedup]\ncpu = 1.5", "[memory]\ncpu = 1.5", "[memory] cpu must be a share of the original's peak memory"),
     ("max_vs_original = 0.5", 'max_vs_original = 0.5\nnot_a_fix = { "gc.collect" = 3 }',
      "[evidence] not_a_fix must be a table of calls"),
+    ("format = 1\n", "", "format is missing: it must be the manifest's format, an integer: this kit reads 1"),
+    ("format = 1\n", 'format = "1"\n', "format must be the manifest's format"),
+    ("format = 1\n", "format = 2\n", "format = 2: this manifest is written for a later proflab"),
+    ("[storage]", "[profile]\nlabels = ['data']\nmax_steps = 3\n[distributed]\nnproc = 2\n[storage]",
+     "[profile] and [distributed] cannot go together"),
 ]
 
 

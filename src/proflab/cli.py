@@ -80,7 +80,7 @@ def cmd_list(args) -> int:
         return 0
     nxt = unfinished[0].number
     word = "Start with" if len(unfinished) == len(found) else "Next"
-    first = f"proflab run {nxt}" if unfinished[0].gating is None else f"proflab hint {nxt}"  # lab 7 runs no pipeline
+    first = f"proflab run {nxt}" if unfinished[0].kind != "gate" else f"proflab hint {nxt}"  # lab 7 runs no pipeline
     out.print(f"\n[dim]{word}:[/] {first}   [dim]then[/] proflab check {nxt}")
     if len(unfinished) < len(found):
         out.print("[dim]A status is your last check of that lab's exercise; `proflab reset` does not change it.[/]")
@@ -91,7 +91,7 @@ def cmd_check(args) -> int:
     lab, file = _lab_and_file(args.lab, args.file)
     label = _label(lab, file)
     doing = f"Checking {file.name} against the original…"
-    if lab.gating is not None:
+    if lab.kind == "gate":
         if args.rounds or args.timeout:
             raise UsageError(f"lab {lab.number}'s rounds and time limits are your settings' own: set rounds, "
                              f"max_rounds and budget_s in {file.name}")

@@ -120,6 +120,7 @@ def manifest(drill: Drill, number: int) -> str:
 MANIFEST = """\
 # A diagnosis drill, drawn for $who by `proflab drill` (authoring/drills.py): regenerated from the name, so
 # do not edit it.
+format = 1
 number = $number
 name = "$name"
 title = "Drill: $title"

@@ -54,7 +54,7 @@ ALLOWED += [("instructor.md", text, reason) for text, reason in [
               "the calibration lab's step_ms"),
     ("2×", "the trace's steps against the stamped ones"), ("25%", "running/marks.py CLOCK_SLACK"),
     ("30 ms", "the background work floor, running/marks.py"), ("0.25 s", "running/execute.py POLL_S"),
-    ("100 ms", "running/memory.py DEVICE_SAMPLE_S"), ("0.9×", "labs.py min_work_vs_original"),
+    ("100 ms", "running/memory.py DEVICE_SAMPLE_S"), ("0.9×", "labs/keys.py min_work_vs_original"),
     ("5×", "grading/checks/evidence.py PROFILED_SLOWDOWN_MAX"),
     ("0.2×", "grading/checks/evidence.py PROFILED_SHORTER_MAX"),
     ("10 ms", "grading/checks/evidence.py PROFILED_SHORTER_MIN_S"),
@@ -141,9 +141,9 @@ PROFILER_API = ("prof.", "profile(", "schedule(", "record_function", "tensorboar
 def _public(lab, code: str) -> bool:
     """A line of a reference fix that is no lab's secret: the profiler's API in a lab graded on the profile; a
     gate's setting at its default (``proflab gate --help`` and the reference print the defaults)."""
-    if lab.profiling is not None and any(word in code for word in PROFILER_API):
+    if lab.kind == "own_profile" and any(word in code for word in PROFILER_API):
         return True
-    if lab.gating is not None and "=" in code:
+    if lab.kind == "gate" and "=" in code:
         import tomllib
 
         from ..grading import gate_config
@@ -192,7 +192,7 @@ def figure_rule(name: str, page: str) -> list[Broken]:
 
 
 def time_rule(lab, page: str) -> list[Broken]:
-    if lab.gating is not None:
+    if lab.kind == "gate":
         return []
     title = "**Which time counts.**"
     if not lab.timing_why:

@@ -112,7 +112,7 @@ def _timed(make) -> Result:
 
 def plan(root: Path, lab, times: int, quick: bool) -> list[str]:
     """What the full (or quick) run grades, and why: the checks it makes, in the order it makes them."""
-    if lab.gating is not None:
+    if lab.kind == "gate":
         return ["a gate lab: its settings are graded by the gate, as tests/test_lab7_check.py does"]
     n = 1 if quick else times
     lines = [f"the reference fix, {n}×: it must pass every time, by more than the checker's resolution",
@@ -317,8 +317,7 @@ def check_alternatives(lab, readme: Path = expectations.README) -> Result:
 
 def plain(lab) -> bool:
     """A lab graded by the plain checks (one process, evidence, a speed-up): the generic tricks apply."""
-    return (lab.evidence is not None and lab.profiling is None and not lab.leaner and not lab.overhead
-            and lab.distributed is None and lab.gating is None)
+    return lab.kind == "pipeline" and lab.margin == "faster"
 
 
 def check_cheats(lab, cheats: Path) -> Result:
@@ -392,7 +391,7 @@ def validate(root: Path, number: int, times: int = 2, quick: bool = False) -> It
     original, data = check_original(lab), check_data(lab)
     yield original
     yield data
-    if lab.gating is not None:
+    if lab.kind == "gate":
         yield Result("reference", None, "a gate lab: its settings are graded by the gate, as tests/test_lab7_check.py does")
     elif not (original.ok and data.ok):
         for name in ("reference", "exercise", "alternatives", "cheats"):

@@ -259,13 +259,11 @@ def cmd_gate(args) -> int:
             raise UsageError(f"{paths.display(Path(s.values[name]))}: no such file ({name})")
     if s.lab is not None:
         chosen = _lab(str(s.lab))
-        kind = ("its exercise is a gate's settings, not a pipeline" if chosen.gating is not None else
-                "its learner's file profiles itself" if chosen.profiling is not None else
-                "it runs as a torchrun job, which the gate does not run yet" if chosen.distributed is not None
-                else "")
+        kind = {"gate": "its exercise is a gate's settings, not a pipeline",
+                "own_profile": "its learner's file profiles itself",
+                "job": "it runs as a torchrun job, which the gate does not run yet"}.get(chosen.kind, "")
         if kind:
-            able = [str(x.number) for x in labs.discover()
-                    if x.gating is None and x.profiling is None and x.distributed is None]
+            able = [str(x.number) for x in labs.discover() if x.kind == "pipeline"]
             raise UsageError(f"lab {chosen.number} cannot be gated: {kind}; --lab takes the workload of a lab "
                              f"whose files are pipelines the kit profiles ({', '.join(able)})")
     gate_inputs = [s.values.get("file"), s.values.get("baseline"), args.config]

@@ -26,7 +26,7 @@ RUN_OUTPUT_CHARS = 256_000  # what `proflab run` keeps of a program's output (a 
 
 def cmd_run(args) -> int:
     lab, file = _lab_and_file(args.lab, args.file, args.version)
-    if lab.gating is not None:
+    if lab.kind == "gate":
         target = _lab(lab.gating.lab)
         # the lab's own copy of the fix it gates, where it brings one; else the gated lab's exercise
         pipeline = lab.folder / lab.gating.pipeline if lab.gating.pipeline else target.exercise
@@ -42,7 +42,7 @@ def cmd_run(args) -> int:
         copy = checks.snapshot(file, work / "file")  # what is profiled, even if the file is saved meanwhile
         outcome = execute.run(lab, copy, label, device=args.device, trace_dir=work / "trace", table=True,
                               # a distributed lab's shapes give the bytes each all-reduce sends
-                              record_shapes=args.record_shapes or lab.distributed is not None,
+                              record_shapes=args.record_shapes or lab.kind == "job",
                               # a lab about memory profiles it always
                               profile_memory=args.profile_memory or bool(lab.leaner),
                               with_stack=args.with_stack, timeout_s=args.timeout, workdir=file.parent,

@@ -24,7 +24,6 @@ expected and what was found: a gate never runs on a typo.
 from __future__ import annotations
 
 import difflib
-import math
 
 try:
     import tomllib
@@ -32,63 +31,50 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from ..vocabulary import BOOL, STRINGS, TABLE, TEXT, Key, Kind, Table, choice, integer, is_int, is_text
+from ..vocabulary import json_schema as _schema_of
+from ..vocabulary import number as _number
 
 
 class GateConfigError(ValueError):
     """A setting that cannot be used: a usage error (exit 2), said with where it came from."""
 
 
-@dataclass(frozen=True)
-class Key:
-    meaning: str
-    expected: str
-    ok: Callable[[Any], bool]
-    default: Any = None
+_int = integer
+_PROFILED = Kind("0 (no profile, no 'what changed'), or an integer, 2 or more",
+                 lambda v: is_int(v) and (v == 0 or v >= 2), {"type": "integer", "not": {"enum": [1]}, "minimum": 0})
+_DEVICE = choice(("auto", "cpu", "cuda"))
+_LAB = Kind("a lab's number or name (1, \"dataloader\")", lambda v: is_int(v) or is_text(v),
+            {"oneOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]})
+_MEASURE = choice(("wall_time", "cpu_time"))
+_TABLE = Kind("a table (like {hidden = 512})", TABLE.ok, TABLE.schema)
 
 
-def _int(low: int) -> tuple[str, Callable[[Any], bool]]:
-    return f"a whole number, {low} or more", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
+def _key(meaning: str, kind: Kind, default: Any = None, shown_default: str = "") -> Key:
+    return Key(kind, meaning, default=default, shown_default=shown_default)
 
 
-def _number(low: float, strict: bool = False) -> tuple[str, Callable[[Any], bool]]:
-    word = "above" if strict else "at least"
-    return (f"a number {word} {low:g}",  # and finite: max_slowdown = inf would make a gate that never fails
-            lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            and (v > low if strict else v >= low))
-
-
-_TEXT = ("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip()))
-_BOOL = ("true or false", lambda v: isinstance(v, bool))
-_TABLE = ("a table (like {hidden = 512})", lambda v: isinstance(v, dict))
-_NAMES = ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
-_DEVICE = ('"auto", "cpu" or "cuda"', lambda v: v in ("auto", "cpu", "cuda"))
-_LAB = ("a lab's number or name (1, \"dataloader\")",
-        lambda v: (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, str) and bool(v.strip())))
-_MEASURE = ('"wall_time" or "cpu_time"', lambda v: v in ("wall_time", "cpu_time"))
-_PROFILED = ("0 (no profile, no 'what changed'), or a whole number 2 or more",
-             lambda v: isinstance(v, int) and not isinstance(v, bool) and (v == 0 or v >= 2))
-
-
-def _key(meaning: str, kind: tuple[str, Callable[[Any], bool]], default: Any = None) -> Key:
-    return Key(meaning, kind[0], kind[1], default)
-
-
-# Every setting: what it means, what it must be, its default. The docs page and `--help` quote these.
+# Every setting: what it means, what it must be, its default; read with the kit's one vocabulary
+# (``proflab.vocabulary``). The CI page's table ({{ keys.gate }}) and docs/schemas/gate.schema.json are made
+# from these.
 KEYS: dict[str, Key] = {
-    "file": _key("the pipeline file the gate measures: the candidate", _TEXT),
-    "baseline": _key("the file it is measured against", _TEXT),
-    "against": _key("a git revision: the candidate is measured against the same file there (main, HEAD~1)", _TEXT),
+    "file": _key("the pipeline file the gate measures: the candidate", TEXT),
+    "baseline": _key("a file to compare with", TEXT),
+    "against": _key("or a git revision: the candidate is measured against the same file there (main, HEAD~1), "
+                    "with the project's tree as it was (its modules too)", TEXT),
     "lab": _key("take the workload, data and result rules from this lab's manifest", _LAB),
-    "batch_size": _key("cfg.batch_size", _int(1), 32),
-    "seed": _key("cfg.seed", _int(0), 0),
-    "data_dir": _key("cfg.data_dir, relative to the settings' file", _TEXT, "data"),
-    "params": _key("more attributes of cfg", _TABLE, {}),
-    "warmup_steps": _key("steps before the timed ones (their time counts, but the first step's set-up does "
-                         "not)", _int(1), 3),
+    "batch_size": _key("`cfg.batch_size`", _int(1), 32),
+    "seed": _key("`cfg.seed`", _int(0), 0),
+    "data_dir": _key("`cfg.data_dir`, relative to the settings' file", TEXT, "data"),
+    "params": _key("more attributes of `cfg` (`[tool.proflab.gate.params]`: `hidden = 512` is `cfg.hidden`)",
+                   _TABLE, {}),
+    "warmup_steps": _key("steps before the timed ones; their time counts, but not the first step's set-up "
+                         "(imports, building the model, starting workers)", _int(1), 3),
     "timed_steps": _key("steps timed in every run", _int(1), 10),
     "profile_steps": _key("steps profiled after the timed ones, in each version's first run: the traces "
-                          "'what changed' is read from", _PROFILED, 5),
+                          "'what changed' is read from (0: no trace, no 'what changed')", _PROFILED, 5),
     "rounds": _key("paired rounds always measured (each: one run of each version, in alternating order)",
                    _int(2), 3),
     # (On a 2-core machine with one core hogged, runs of the same file differ by ±10-14% a round: 10 rounds
@@ -100,20 +86,34 @@ KEYS: dict[str, Key] = {
     "memory_mb": _key("resident memory one run may use, its processes together, in MB", _number(1), 8192),
     "max_slowdown": _key("the slowdown that fails the gate: the candidate's step time over the baseline's",
                          _number(1.0, strict=True), 1.10),
-    "device": _key("where both versions run", _DEVICE, "auto"),
+    "device": _key("where both versions run (`cpu` or `cuda`; both on the same)", _DEVICE, "auto"),
     "measure": _key("what a step's time is: \"wall_time\" (the clock: waiting on data, a peer or the device "
                     "counts) or \"cpu_time\" (the CPU seconds of the run's processes and threads, read from "
-                    "/proc: steady beside other jobs on a shared runner, for a step that is CPU work); default: "
-                    "the lab's ([timing]), else wall_time", _MEASURE),
-    "threads": _key("torch intra-op threads in every run (default: torch's own)", _int(1)),
+                    "/proc: steady beside other jobs on a shared runner, for a step that is CPU work)", _MEASURE,
+                    shown_default="the lab's ([timing]), else `wall_time`"),
+    "threads": _key("torch intra-op threads in every run", _int(1), shown_default="torch's own"),
     "allow_different_results": _key("report values that differ between the versions without failing the gate",
-                                    _BOOL, False),
+                                    BOOL, False),
     "rtol": _key("relative tolerance when values are compared", _number(0), 1e-4),
     "atol": _key("absolute tolerance when values are compared", _number(0), 1e-5),
-    "exact": _key("keys whose values must be equal (integer and boolean values always are)", _NAMES, []),
+    "exact": _key("keys whose values must be equal (integer and boolean values always are)", STRINGS, []),
     "trace_dir": _key("where both versions' traces are kept (TensorBoard runs 'baseline', 'candidate')",
-                      _TEXT, "runs/gate"),
+                      TEXT, "runs/gate"),
 }
+SETTINGS = Table("tool.proflab.gate", KEYS)
+
+
+def json_schema() -> dict:
+    """A project's ``pyproject.toml`` (or a settings file) with a ``[tool.proflab.gate]`` table, as a JSON Schema
+    (draft 2020-12): the gate's table is checked key by key, the rest of the file is the project's
+    (``docs/schemas/gate.schema.json``)."""
+    gate = _schema_of(SETTINGS)
+    gate["not"] = {"required": ["baseline", "against"]}  # one or the other
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "proflab gate settings ([tool.proflab.gate])", "type": "object",
+            "properties": {"tool": {"type": "object", "properties": {"proflab": {
+                "type": "object", "properties": {"gate": gate}}}}}}
+
 
 # Settings that name a path: relative to the folder of the file that sets them (the command line's: the
 # current folder).
@@ -157,8 +157,8 @@ def check_value(name: str, value: Any, source: str) -> Any:
         hint = f"; did you mean '{close[0]}'?" if close else f"; the settings are: {', '.join(KEYS)}"
         raise GateConfigError(f"{_where(source)}: '{name}' is not a gate setting{hint}")
     key = KEYS[name]
-    if not key.ok(value):
-        raise GateConfigError(f"{_where(source)}: {name} must be {key.expected} ({key.meaning}); "
+    if not key.kind.ok(value):
+        raise GateConfigError(f"{_where(source)}: {name} must be {key.kind.expected} ({key.meaning}); "
                               f"found {value!r}")
     return value
 
@@ -183,11 +183,17 @@ def read_file(path: Path, required: bool = False) -> dict[str, Any]:
         return {}
     if not isinstance(table, dict):
         raise GateConfigError(f"{path}: {'.'.join(TABLE)} must be a table")
-    found = {}
-    for name, value in table.items():
-        found[name] = check_value(name, value, str(path))
+    found, problems = {}, []
+    for name, value in table.items():  # every problem of the file at once
+        try:
+            found[name] = check_value(name, value, str(path))
+        except GateConfigError as e:
+            problems.append(str(e))
+            continue
         if name in PATH_KEYS:
             found[name] = str((path.parent / value).resolve()) if not Path(value).is_absolute() else value
+    if problems:
+        raise GateConfigError("\n".join(problems))
     return found
 
 

@@ -190,7 +190,7 @@ def find(folder: Path, only: labs.Lab | None, known: list[labs.Lab]) -> Found:
             skipped.append(Skipped(shown, lab, owner))
             return
         if path.suffix != lab.exercise.suffix:  # a pipeline is .py; a gate lab's settings (lab 7) are .toml
-            kind = "a gate's settings (.toml)" if lab.gating is not None else "a Python file (.py)"
+            kind = "a gate's settings (.toml)" if lab.kind == "gate" else "a Python file (.py)"
             skipped.append(Skipped(shown, f"lab {lab.number}'s submission is {kind}", owner))
             return
         candidates.setdefault((learner, lab.number), []).append(Submission(learner, lab, path, shown))

@@ -87,7 +87,7 @@ def _expected(original: execute.Outcome, run: execute.Outcome) -> list[dict]:
 def differs(lab: labs.Lab, original: execute.Outcome, run: execute.Outcome) -> compare.Difference | None:
     """Where ``run``'s values differ from those of the original's run on the same inputs (a torchrun
     job's: rank by rank)."""
-    if lab.distributed is None:
+    if lab.kind != "job":
         return compare.compare(_expected(original, run), run.result["results"], lab.results)
     expected = [values[:run.steps_asked] for values in original.result["rank_results"]]
     return compare.compare_ranks(expected, run.result.get("rank_results"), lab.results, lab.distributed)
@@ -153,7 +153,7 @@ def after_allowance(lab: labs.Lab, originals: list[execute.Outcome], figure: str
     Under ``TRACE_GAP``, [seconds, bytes]: what the original's profiled runs took between their last
     profiled step and their trace's fingerprint, and the size of that trace (medians): that gap's allowance
     for a version grows with its own trace's size (``gap_excess_s``)."""
-    if lab.profiling is not None:
+    if lab.kind == "own_profile":
         return {}
     key = _after_key(figure)
     kinds: dict[int, list[float]] = {}

@@ -265,7 +265,7 @@ class Rounds:
         if outcome.ok and first and outcome.result.get("trace"):
             report.traces[which] = outcome.result["trace"]
             report.trace_sha256[which] = outcome.result.get("trace_sha256") or ""
-            if lab.distributed is not None:
+            if lab.kind == "job":
                 report.rank_traces[which] = list(outcome.result.get("rank_traces") or [])
                 report.rank_trace_sha256[which] = list(outcome.result.get("rank_trace_sha256") or [])
                 self.loaded.update({f"{which}@{rank}": t for rank, t in enumerate(outcome.rank_traces)
@@ -313,7 +313,7 @@ def _steps(lab: labs.Lab, which: str, first: bool) -> dict[str, Any] | None:
     only time it, so stop after the timed steps (a lab graded on memory runs every step each time: its
     peak grows with the steps, and each round must compare the same). Lab 0: the learner's file profiles
     itself; the original's first run is profiled by the kit after its timed steps, its record of the work."""
-    if lab.profiling is not None:
+    if lab.kind == "own_profile":
         if which == "original" and first and lab.profiling.kit_steps:
             return {"profile_steps": lab.profiling.kit_steps, "learner_profiles": False}
         return None
@@ -336,7 +336,7 @@ def as_original(run: execute.Outcome, report: Report, loaded: dict[str, evidence
 def _holds_every_value(lab, original) -> None:
     """The lab's ``[results.KEY]`` tables name what its original yields: a value declared and never yielded
     would compare nothing, and every version would match it. The kit's mistake, not the learner's."""
-    steps = (original.result.get("rank_results") or [[]])[0] if lab.distributed is not None else \
+    steps = (original.result.get("rank_results") or [[]])[0] if lab.kind == "job" else \
         original.result.get("results", [])
     yielded = {key for values in steps if isinstance(values, dict) for key in values}  # some only now and then
     missing = [rule.key for rule in lab.results if rule.key not in yielded]

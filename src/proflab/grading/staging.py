@@ -152,7 +152,7 @@ def ahead(lab: labs.Lab, file: Path, workdir: Path | None = None) -> Stage | Non
     """``stage``, for a check whose turn comes after the current one's; None where nothing is set up early
     (a lab graded by a gate) or cannot be (the check then sets itself up when its turn comes, and says
     what went wrong)."""
-    if lab.gating is not None:
+    if lab.kind == "gate":
         return None
     try:
         return stage(lab, file, workdir)

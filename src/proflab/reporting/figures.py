@@ -6,7 +6,8 @@ A name is one of
 - a constant of a lab's manifest, read from ``labs/NN_*/lab.toml`` (``{{ lab6.toml.speedup.cpu }}``; a float
   also as a percentage, ``{{ lab0.toml.overhead.cpu_pct }}``; the tables of an array counted from 1,
   ``{{ lab9.toml.evidence.2.max_vs_original }}``);
-- a fact of the kit's code, derived here (``{{ lab1.schedule }}``, ``{{ lab1.active_steps }}``).
+- a fact of the kit's code, derived here (``{{ lab1.schedule }}``, ``{{ lab1.active_steps }}``);
+- a table of a manifest's keys, made from its vocabulary (``{{ keys.workload }}``, ``{{ keys.gate_settings }}``).
 
 The site's hook (``docs/figures_hook.py``) and ``proflab debrief`` substitute with the same functions; an
 unknown name is an error in both.
@@ -72,6 +73,18 @@ def code_facts(root: Path | None = None) -> dict[str, str]:
     return facts
 
 
+def key_tables() -> dict[str, str]:
+    """The tables of keys the guides show, made from the manifests' vocabulary: ``{{ keys.workload }}`` (a
+    table of ``lab.toml``, ``labs.keys.tables``), ``{{ keys.gate_settings }}`` (``[tool.proflab.gate]``)."""
+    from .. import vocabulary
+    from ..grading import gate_config
+    from ..labs import keys
+
+    tables = {f"keys.{name}": vocabulary.markdown(table) for name, table in keys.tables().items()}
+    tables["keys.gate_settings"] = vocabulary.markdown(gate_config.SETTINGS, required=False)
+    return tables
+
+
 def measured(root: Path | None = None) -> dict[str, str]:
     path = figures_file(root)
     if not path.is_file():
@@ -80,7 +93,7 @@ def measured(root: Path | None = None) -> dict[str, str]:
 
 
 def all_figures(root: Path | None = None) -> dict[str, str]:
-    return {**measured(root), **code_facts(root)}
+    return {**measured(root), **code_facts(root), **key_tables()}
 
 
 def substitute(markdown: str, figures: dict[str, str], where: str = "") -> str:

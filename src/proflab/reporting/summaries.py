@@ -131,7 +131,7 @@ def to_write(lab: labs.Lab, report: Report) -> bool:
     gate published its traces (its summaries go into those runs)."""
     if report.error:
         return False
-    if lab.gating is not None:
+    if lab.kind == "gate":
         return bool(report.traces)
     return bool(report.step_times["learner"])
 
@@ -141,7 +141,7 @@ def write_check(lab: labs.Lab, report: Report) -> Path:
     from . import charts
     from .report import to_markdown
 
-    if lab.gating is not None:
+    if lab.kind == "gate":
         return write_gate_check(lab, report)
 
     if report.step_times["original"]:

@@ -220,9 +220,9 @@ def run(
         raise errors.KitError(errors.describe(e, "make a scratch folder in")) from None
     result_path = scratch / "result.json"
     wanted_trace_dir = Path(trace_dir) if trace_dir is not None else None
-    if box is not None and (trace_dir is not None or lab.profiling is not None):
+    if box is not None and (trace_dir is not None or lab.kind == "own_profile"):
         trace_dir = box.new_folder("trace-")  # written inside; moved to the caller's folder after the run
-    elif lab.profiling is not None:  # every run of a file that profiles itself writes a trace: cfg.trace_dir
+    elif lab.kind == "own_profile":  # every run of a file that profiles itself writes a trace: cfg.trace_dir
         trace_dir = Path(trace_dir) if trace_dir is not None else scratch / "trace"
         trace_dir.mkdir(parents=True, exist_ok=True)
     spec = {
@@ -260,16 +260,16 @@ def run(
         # ...and there, each step's inputs are handed out as the step begins (``labkit.handout``), so that
         # no work on a later step can be done while compiling: in a lab whose data is the kit's, whose data
         # class reads the draws (not a gate's own project, whose data is its own)
-        "handout": bool(checking and lab.compile_credit and lab.distributed is None and lab.data),
+        "handout": bool(checking and lab.compile_credit and lab.kind != "job" and lab.data),
         # Lab 0: the file profiles itself, into trace_dir; the kit's profiler stays off.
-        "learner_profiles": lab.profiling is not None,
+        "learner_profiles": lab.kind == "own_profile",
         "preimport": _mentions(file, "compile", "optim"),
         "sys_path": list(sys_path or []),
         **(steps or {}),
     }
-    if lab.profiling is not None:  # lab 0's loop takes cfg.steps steps: the timed ones, and any the kit profiles
+    if lab.kind == "own_profile":  # lab 0's loop takes cfg.steps steps: the timed ones, and any the kit profiles
         spec["cfg_steps"] = spec["warmup_steps"] + spec["timed_steps"] + spec["profile_steps"]
-    if lab.distributed is not None:  # a torchrun job: each rank fills in its number (runner._for_rank)
+    if lab.kind == "job":  # a torchrun job: each rank fills in its number (runner._for_rank)
         spec.update(nproc=lab.distributed.nproc, mark_fifo=str(scratch / "marks-{rank}"),
                     result_path=str(scratch / "result-{rank}.json"), worker_name="rank{rank}",
                     stack_path=str(scratch / "stack-{rank}.txt"), pid_path=str(scratch / "pid-{rank}"),

@@ -60,13 +60,12 @@ class Chain:
 def chain_of(lab: labs.Lab) -> Chain:
     """The checks ``lab`` is graded by: by what its manifest grades (a profile of the learner's own, a
     memory peak or an overhead rather than a speed-up, a gate's settings rather than a pipeline)."""
-    if lab.gating is not None:  # lab 7: the exercise is a gate's settings, run on a known fix
+    if lab.kind == "gate":  # lab 7: the exercise is a gate's settings, run on a known fix
         return Chain(GateRuns, ("gate_settings", "gate_unchanged", "gate_regression", "gate_cause"))
-    proof = "own_profile" if lab.profiling is not None else "evidence"
-    margin = "leaner" if lab.leaner else "overhead" if lab.overhead else "faster"
+    proof = "own_profile" if lab.kind == "own_profile" else "evidence"
     if lab.drill is not None:  # a diagnosis drill: what the learner said the profile shows, before the fix
-        return Chain(Rounds, ("runs", "same_results", "diagnosis", proof, margin))
-    return Chain(Rounds, ("runs", "same_results", proof, margin))
+        return Chain(Rounds, ("runs", "same_results", "diagnosis", proof, lab.margin))
+    return Chain(Rounds, ("runs", "same_results", proof, lab.margin))
 
 
 # The four checks of a lab the kit times, with their plain titles: (name, title, what it checks).
