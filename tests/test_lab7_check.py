@@ -19,6 +19,8 @@ import pytest
 
 from conftest import Kit, explain, sharing_data, statuses
 
+GATE_CHAIN = ("gate_settings", "gate_unchanged", "gate_regression", "gate_cause")  # lab 7's checks, by their own names
+
 GOOD = """[tool.proflab.gate]
 lab = "dataloader"
 max_slowdown = 1.3
@@ -43,7 +45,7 @@ def lab7_kit(kit, tmp_path_factory) -> Kit:
 def test_the_reference_settings_pass_every_check(lab7_kit):
     code, report = lab7_kit.check_json("7", "--file", str(lab7_kit.root / "labs" / "07_gate" / "solution.toml"))
     assert code == 0, explain(report)
-    assert statuses(report) == dict.fromkeys(("runs", "same_results", "evidence", "faster"), "passed")
+    assert statuses(report) == dict.fromkeys(GATE_CHAIN, "passed")
     unchanged, regression = report["evidence"]["unchanged"], report["evidence"]["regression"]
     assert unchanged["verdict"] == "passed" and unchanged["slowdown"]["high"] < 1.3
     assert regression["verdict"] == "failed" and regression["slowdown"]["low"] > 1.3
@@ -57,8 +59,8 @@ def test_the_reference_settings_pass_every_check(lab7_kit):
 def test_the_untouched_exercise_fails_its_first_check_on_a_limit_no_gate_can_resolve(lab7_kit):
     code, report = check(lab7_kit, Path())
     assert code == 1, explain(report)
-    assert statuses(report) == {"runs": "failed", "same_results": "skipped", "evidence": "skipped",
-                                "faster": "skipped"}
+    assert statuses(report) == {"gate_settings": "failed", "gate_unchanged": "skipped",
+                                "gate_regression": "skipped", "gate_cause": "skipped"}
     first = report["checks"][0]
     assert "max_slowdown = 1.01, outside 1.05–2" in first["rationale"], first["rationale"]
     assert "run-to-run noise" in first["rationale"] and "proflab gate" in first["help"]
@@ -117,14 +119,14 @@ def test_the_cause_must_be_named_by_the_change_that_grew_most():
     from proflab.grading.checks import Check
 
     g = labs.resolve("7").gating
-    named = Check("faster", "Names the cause", "")
+    named = Check("gate_cause", "Names the cause", "")
     gate_cause.judge_cause(_gate_said("failed", (3, 2, 4), because="`enumerate(DataLoader)#…__next__` went from "
                                                                   "2.8 ms to 331 ms per step"), g, named)
     assert named.status == "passed"
-    other = Check("faster", "Names the cause", "")
+    other = Check("gate_cause", "Names the cause", "")
     gate_cause.judge_cause(_gate_said("failed", (3, 2, 4), because="`aten::addmm` went from 1 ms to 2 ms"), g, other)
     assert other.status == "failed" and "without naming the DataLoader" in other.rationale
-    blind = Check("faster", "Names the cause", "")
+    blind = Check("gate_cause", "Names the cause", "")
     gate_cause.judge_cause(_gate_said("failed", (3, 2, 4), traced=False), g, blind)
     assert blind.status == "failed" and "no trace was recorded" in blind.rationale
 
@@ -143,9 +145,9 @@ timed_steps = 4
 def test_a_gate_without_a_profile_cannot_name_the_cause(lab7_kit, tmp_path):
     code, report = check(lab7_kit, tmp_path, CHEAP + "profile_steps = 0\n")
     assert code == 1, explain(report)
-    assert statuses(report) == {"runs": "passed", "same_results": "passed", "evidence": "passed",
-                                "faster": "failed"}
-    cause = next(c for c in report["checks"] if c["name"] == "faster")
+    assert statuses(report) == {"gate_settings": "passed", "gate_unchanged": "passed",
+                                "gate_regression": "passed", "gate_cause": "failed"}
+    cause = next(c for c in report["checks"] if c["name"] == "gate_cause")
     assert "without naming the DataLoader" in cause["rationale"] and "no trace" in cause["rationale"]
     assert "profile_steps" in cause["help"]
 
@@ -165,7 +167,7 @@ def test_a_gate_without_a_profile_cannot_name_the_cause(lab7_kit, tmp_path):
 def test_settings_the_gate_cannot_use_fail_the_first_check_before_anything_runs(lab7_kit, tmp_path, text, said):
     code, report = check(lab7_kit, tmp_path, text)
     assert code == 1, explain(report)
-    assert statuses(report)["runs"] == "failed" and statuses(report)["same_results"] == "skipped"
+    assert statuses(report)["gate_settings"] == "failed" and statuses(report)["gate_unchanged"] == "skipped"
     first = report["checks"][0]
     assert said in first["rationale"], first["rationale"]
     assert "/learner/" not in first["rationale"]  # the learner's file is named, not the checker's copy of it

@@ -341,7 +341,7 @@ def score(report: checks.Report, grading: labs.Grading) -> list[Points]:
     """The points each check earns under the lab's ``[grading]`` table."""
     out = []
     for c in report.checks:
-        worth = grading.points(c.name)
+        worth = grading.points(c.pays)
         if report.verdict == "error":  # not graded: the kit, not the learner
             earned = 0.0
         elif c.status == checks.PASSED:

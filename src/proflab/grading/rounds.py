@@ -135,7 +135,7 @@ class Rounds:
                     self.loaded.clear()  # the traces' events are not needed after the first round's checks
                     if self.unchanged:
                         report.verdict = "error"
-                        report.error = (f"the lab's original passes its own check ({report.check('evidence').title}): "
+                        report.error = (f"the lab's original passes its own check ({report.paying('evidence').title}): "
                                         "the lab cannot tell a fix from no change here")
                         return
                 if self.round_no >= self.rounds:

@@ -36,7 +36,9 @@ ON_DEMAND = "on demand"
 class NamedCheck(Protocol):
     """One named check: a module of ``checks`` that holds these, registered by its name in ``checks.registry``."""
 
-    NAME: str  # the report's name for the row it decides: runs, same_results, evidence or faster
+    NAME: str  # its own name, in every report, record and JUnit file: runs, same_results, leaner, gate_cause...
+    POINTS: str  # the [grading] key that pays for it: runs, same_results, diagnosis, evidence or faster
+    AFTER: tuple[str, ...]  # the checks it waits on: each comes before it in every chain it is in
     TITLE: str  # the row's title: "It runs"
     WHAT: str  # what it checks, shown with every verdict
     WHEN: tuple[str, ...]  # the trial's moments it decides at
@@ -55,7 +57,7 @@ class LastCheck(NamedCheck, Protocol):
 
 def rows(named: Sequence[NamedCheck]) -> list[Check]:
     """A report's rows for a chain of named checks, each skipped until it is decided."""
-    return [Check(n.NAME, n.TITLE, n.WHAT) for n in named]
+    return [Check(n.NAME, n.TITLE, n.WHAT, points=n.POINTS) for n in named]
 
 
 @dataclass(frozen=True)

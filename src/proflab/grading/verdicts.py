@@ -34,6 +34,21 @@ class Check:
     actual: str = ""
     help: str = ""
     details: list[str] = field(default_factory=list)
+    # The [grading] key that pays for it (``runs``, ``same_results``, ``evidence``, ``faster``, ``diagnosis``):
+    # a check's name is its own (lab 5's last is "leaner"), its points are mapped apart. "" in a record
+    # written before checks had names of their own: its name was that key.
+    points: str = ""
+    # A skipped check: the title of the check whose verdict ended the chain before it ("can't check until ...")
+    waits_on: str = ""
+
+    @property
+    def pays(self) -> str:
+        """The [grading] key whose points this check earns."""
+        return self.points or self.name
+
+    def skipped_because(self) -> str:
+        """Why a skipped check did not run, as the reports say it."""
+        return f"can't check until “{self.waits_on}” passes" if self.waits_on else "an earlier check failed"
 
     def passed(self, rationale: str, expected: str = "", actual: str = "", help: str = "") -> None:
         self.status, self.rationale, self.expected, self.actual, self.help = PASSED, rationale, expected, actual, help
@@ -68,6 +83,10 @@ class Verdict:
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
+
+    def paying(self, points: str) -> Check:
+        """The check that earns the points of ``points`` ([grading]'s key: ``evidence``, ``faster``...)."""
+        return next(c for c in self.checks if c.pays == points)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)

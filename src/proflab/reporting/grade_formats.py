@@ -124,7 +124,7 @@ def check_text(check: Check, report: Report, full: bool = False, rationale: bool
     if report.verdict == NOT_GRADED:
         return f"Not graded: {report.error}"
     if check.status == SKIPPED:
-        return "Not run: an earlier check failed."
+        return f"Not run: {check.skipped_because()}."
     lines = [check.rationale] if rationale else []
     lines += check.details
     if check.expected:
@@ -192,8 +192,9 @@ def submission_record(graded: Graded) -> dict[str, Any]:
         "duration_s": round(r.duration_s, 3),
         "checks": [
             {"name": c.name, "title": c.title, "description": c.description, "status": c.status,
-             "passed": _passed(c, r), "score": p.earned, "max_score": p.max, "rationale": c.rationale,
-             "help": c.help, "expected": c.expected, "actual": c.actual, "details": c.details}
+             "passed": _passed(c, r), "points": c.pays, "score": p.earned, "max_score": p.max,
+             "rationale": c.rationale, "help": c.help, "expected": c.expected, "actual": c.actual,
+             "details": c.details, **({"waits_on": c.waits_on} if c.status == SKIPPED and c.waits_on else {})}
             for c, p in zip(r.checks, graded.points)
         ],
         "comparison": r.comparison,
@@ -265,7 +266,7 @@ def _testcase(suite: ET.Element, graded: Graded, check: Check, first: bool) -> s
     if check.status == PASSED:
         return "passed"
     if check.status == SKIPPED:
-        ET.SubElement(case, "skipped", message="not run: an earlier check failed")
+        ET.SubElement(case, "skipped", message=_x(f"not run: {check.skipped_because()}"))
         return "skipped"
     kind = "failure" if check.status == FAILED else "error"
     ET.SubElement(case, kind, type=check.name if kind == "failure" else "inconclusive",

@@ -84,7 +84,7 @@ def to_markdown(report: Report) -> str:
         return "\n".join(lines + [f"**Cannot grade:** {report.error}"])
     lines += ["| check | verdict | expected | measured |", "|---|---|---|---|"]
     for c in report.checks:
-        measured = c.actual if c.status != SKIPPED else "an earlier check failed"
+        measured = c.actual if c.status != SKIPPED else c.skipped_because()
         lines.append(f"| {c.title} | {_WORD[c.status]} | {_cell(c.expected)} | {_cell(measured)} |")
     if report.comparison and peak_share(report):
         m = report.memory
@@ -140,7 +140,7 @@ def render(report: Report, console: Console, verbose: bool = False) -> None:
         return
 
     shown_in_full = lambda c: c.status in (FAILED, INCONCLUSIVE) or (  # noqa: E731
-        c.status == PASSED and c.name in ("evidence", "faster"))
+        c.status == PASSED and c.pays in ("evidence", "faster"))
     console.print(check_grid(report.checks, shown_in_full, min_width=26))
 
     if verbose and report.traceback:
@@ -173,7 +173,7 @@ def check_grid(checks, in_full, min_width: int) -> Table:
     grid.add_column(style="bold", min_width=min_width)
     grid.add_column(overflow="fold")
     for c in checks:
-        text = shown(c.rationale) if c.status != SKIPPED else "[dim]skipped: an earlier check failed[/]"
+        text = shown(c.rationale) if c.status != SKIPPED else f"[dim]skipped: {shown(c.skipped_because())}[/]"
         grid.add_row(_MARK[c.status], c.title, text)
         if c.status == SKIPPED or not in_full(c):
             continue

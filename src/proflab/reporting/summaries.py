@@ -224,7 +224,7 @@ def gate_markdown(lab: labs.Lab, report: Report, gate: str) -> str:
              + " and ".join(f"`{r}`" for r in found.get("runs", ())) + ".", "",
              "| check | verdict | expected | measured |", "|---|---|---|---|"]
     for c in report.checks:
-        measured = c.actual if c.status != "skipped" else "an earlier check failed"
+        measured = c.actual if c.status != "skipped" else c.skipped_because()
         lines.append(f"| {c.title} | {_WORD[c.status]} | {_cell(c.expected)} | {_cell(measured)} |")
     s = found.get("slowdown") or {}
     if s:

@@ -9,7 +9,9 @@
 peak, lab 7 a gate's settings: ``registry``.) Each check is a module of its
 own; the trial measures (``rounds``: the original and the learner's version,
 round after round) and the checks judge, each at its moments. The first
-check that fails stops the chain: later checks are reported as skipped.
+check that fails stops the chain: later checks are reported as skipped, each saying which check it
+waits on ("can't check until “It runs” passes"). Each check declares the checks it needs (``AFTER``), and a
+chain puts them first (``registry``).
 """
 
 from __future__ import annotations
@@ -79,4 +81,7 @@ def judge(trial: Any, named: Sequence[NamedCheck]) -> None:
                     verdict = one.decide(trial, report.check(one.NAME))
                     if verdict is not None:
                         report.verdict = verdict
+                        ended = report.check(one.NAME)
+                        for later in report.checks[report.checks.index(ended) + 1:]:
+                            later.waits_on = ended.title  # check50's "can't check until ..."
                         return

@@ -25,6 +25,8 @@ from ..trial import FIRST_ROUND
 from ..verdicts import FAILED, Check
 
 NAME = "diagnosis"
+POINTS = "diagnosis"  # the [grading] key that pays for it
+AFTER: tuple[str, ...] = ("same_results",)  # the checks it waits on
 TITLE = "The diagnosis matches the profile"
 WHAT = "where you said the time goes (ANSWERS) is what the original's profile shows, with its ms per step"
 WHEN = (FIRST_ROUND,)

@@ -29,6 +29,8 @@ from ..verdicts import FAILED, Check, NotGraded, Report, where_to_look
 from . import job_network, rank_share, several
 
 NAME = "evidence"
+POINTS = "evidence"  # the [grading] key that pays for it
+AFTER: tuple[str, ...] = ("same_results",)  # the checks it waits on
 TITLE = "The bottleneck is gone"
 WHAT = "the profiler trace of your version no longer shows the bottleneck"
 WHEN = (FIRST_ROUND,)

@@ -18,6 +18,8 @@ from ..trial import OVER
 from ..verdicts import Check, Report, verdict_of, where_to_look
 
 NAME = "faster"
+POINTS = "faster"  # the [grading] key that pays for it
+AFTER: tuple[str, ...] = ("evidence",)  # the checks it waits on
 TITLE = "Faster"
 WHAT = "your version is faster than the original by the lab's threshold"
 WHEN = (OVER,)

@@ -15,7 +15,9 @@ from ..gate_runs import GateRuns
 from ..trial import ON_DEMAND
 from ..verdicts import Check, verdict_of
 
-NAME = "faster"
+NAME = "gate_cause"
+POINTS = "faster"  # the [grading] key that pays for it
+AFTER: tuple[str, ...] = ("gate_regression",)  # the checks it waits on
 TITLE = "Names the cause"
 WHAT = "its report on the regression names what changed"
 WHEN = (ON_DEMAND,)

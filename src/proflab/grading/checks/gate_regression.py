@@ -15,7 +15,9 @@ from ..gate_runs import GateRuns, ran_through, slowdown_in_words
 from ..trial import ON_DEMAND
 from ..verdicts import FAILED, PASSED, Check
 
-NAME = "evidence"
+NAME = "gate_regression"
+POINTS = "evidence"  # the [grading] key that pays for it
+AFTER: tuple[str, ...] = ("gate_unchanged",)  # the checks it waits on
 TITLE = "Catches the regression"
 WHAT = "your gate, on the fix undone against the fix, says regression"
 WHEN = (ON_DEMAND,)

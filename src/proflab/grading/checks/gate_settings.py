@@ -19,7 +19,9 @@ from ..gate_runs import GateRuns
 from ..trial import ON_DEMAND
 from ..verdicts import FAILED, Check
 
-NAME = "runs"
+NAME = "gate_settings"
+POINTS = "runs"  # the [grading] key that pays for it
+AFTER: tuple[str, ...] = ()  # the checks it waits on
 TITLE = "Your gate's settings"
 WHAT = "the file holds a [tool.proflab.gate] table that sets how to gate"
 WHEN = (ON_DEMAND,)

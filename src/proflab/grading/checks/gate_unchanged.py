@@ -14,7 +14,9 @@ from ..gate_runs import GateRuns, ran_through, slowdown_in_words
 from ..trial import ON_DEMAND
 from ..verdicts import FAILED, PASSED, Check
 
-NAME = "same_results"
+NAME = "gate_unchanged"
+POINTS = "same_results"  # the [grading] key that pays for it
+AFTER: tuple[str, ...] = ("gate_settings",)  # the checks it waits on
 TITLE = "Passes the unchanged fix"
 WHAT = "your gate, on the fix against itself, says no regression"
 WHEN = (ON_DEMAND,)

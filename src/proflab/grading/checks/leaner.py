@@ -22,7 +22,9 @@ from ..trial import OVER
 from ..verdicts import Check, Report, verdict_of, where_to_look
 from .evidence import not_a_fix
 
-NAME = "faster"
+NAME = "leaner"
+POINTS = "faster"  # the [grading] key that pays for it
+AFTER: tuple[str, ...] = ("evidence",)  # the checks it waits on
 TITLE = "Leaner"
 WHAT = ("your version's peak memory, measured by the checker from outside its process, is at most the lab's "
         "share of the original's")

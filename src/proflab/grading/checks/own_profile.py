@@ -21,7 +21,9 @@ from ..rounds import Rounds
 from ..trial import FIRST_ROUND
 from ..verdicts import FAILED, Check, Report
 
-NAME = "evidence"
+NAME = "own_profile"
+POINTS = "evidence"  # the [grading] key that pays for it
+AFTER: tuple[str, ...] = ("same_results",)  # the checks it waits on
 TITLE = "Your own profile"
 WHAT = "the trace your profiler wrote: a window of labelled steps, and your answers read from it"
 WHEN = (FIRST_ROUND,)

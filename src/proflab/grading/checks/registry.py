@@ -1,11 +1,13 @@
 """The named checks, registered by name, and the chain each lab is checked by.
 
 A named check is a module of this package (``trial.NamedCheck``): its NAME
-(the report's row it decides: runs, same_results, evidence or faster), its
-TITLE, WHAT it checks, WHEN it decides (the trial's moments), and
-``decide(trial, check)``, which decides that row from the trial and says
-whether the chain goes on. A lab's chain is four of them, in the order of
-the report's rows, over the trial its checks decide from:
+(its own, in every report, record and JUnit file), the [grading] key whose
+POINTS it earns (runs, same_results, diagnosis, evidence or faster), the
+checks it waits on (AFTER: a chain puts them first, and a skipped check says
+which one it waited on), its TITLE, WHAT it checks, WHEN it decides (the
+trial's moments), and ``decide(trial, check)``, which decides its row from the
+trial and says whether the chain goes on. A lab's chain is four of them, in
+the order of the report's rows, over the trial its checks decide from:
 
     a lab the kit times   runs, same_results, evidence, faster   (Rounds)
       a diagnosis drill     runs, same_results, diagnosis, evidence, faster
@@ -51,6 +53,12 @@ class Chain:
 
     trial: type
     names: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        for i, name in enumerate(self.names):
+            missing = [need for need in REGISTRY[name].AFTER if need not in self.names[:i]]
+            if missing:  # the kit's own mistake: a chain that runs a check before what it waits on
+                raise ValueError(f"check {name!r} waits on {', '.join(missing)}, which must come before it")
 
     @property
     def checks(self) -> tuple[ModuleType, ...]:

@@ -22,6 +22,8 @@ from ..trial import BEFORE, FIRST_ROUND, LATER_ROUND
 from ..verdicts import FAILED, Check
 
 NAME = "runs"
+POINTS = "runs"  # the [grading] key that pays for it
+AFTER: tuple[str, ...] = ()  # the checks it waits on
 TITLE = "It runs"
 WHAT = "your file imports, and pipeline(cfg) yields every step without error"
 WHEN = (BEFORE, FIRST_ROUND, LATER_ROUND)

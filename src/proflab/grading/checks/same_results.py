@@ -16,6 +16,8 @@ from ..trial import FIRST_ROUND, LATER_ROUND
 from ..verdicts import FAILED, Check, where_to_look
 
 NAME = "same_results"
+POINTS = "same_results"  # the [grading] key that pays for it
+AFTER: tuple[str, ...] = ("runs",)  # the checks it waits on
 TITLE = "Same work, same results"
 WHAT = "every step processes the same samples and yields the same values as the original"
 WHEN = (FIRST_ROUND, LATER_ROUND)
