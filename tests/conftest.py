@@ -24,6 +24,14 @@ LEARNER_FILES = Path(__file__).resolve().parent / "learner_files"
 CHECK_NAMES = ["runs", "same_results", "evidence", "faster"]
 
 
+def chain_names(lab) -> list[str]:
+    """The names of ``lab``'s checks, in order (``registry.chain_of``): ``CHECK_NAMES`` for a lab the kit times,
+    each check's own elsewhere (lab 0's own_profile and overhead, lab 5's leaner, lab 7's gate_*)."""
+    from proflab.grading.checks.registry import chain_of
+
+    return list(chain_of(lab).names)
+
+
 def kit_labs():
     """The kit's labs, as ``proflab list`` finds them in ``labs/``: tests take them from there, never
     from a list of their own, so that a new lab is tested by every test that applies to it."""

@@ -330,7 +330,7 @@ def test_a_profile_nobody_recorded_is_not_the_labs_step(batch):
     operators a step runs, and how often."""
     code, report = batch.report("plain", CHEATS / "lab0_invented_operators.py")
     assert code == 1, explain(report)
-    caught(report, "evidence", "not the lab's training step", "aten::convolution_backward")
+    caught(report, "own_profile", "not the lab's training step", "aten::convolution_backward")
     details = failed_check(report)["details"]
     assert any(d.startswith("aten::conv2d: 7 calls per step") for d in details), explain(report)
     assert any(d.startswith("aten::fused_conv_block:") and "never runs it" in d for d in details), explain(report)
@@ -341,7 +341,7 @@ def test_a_profile_written_from_the_docs_is_not_the_profilers(batch):
     them, and the answers everyone gives: no operator carries the profiler's own id."""
     code, report = batch.report("plain", CHEATS / "lab0_answers_from_the_docs.py")
     assert code == 1, explain(report)
-    caught(report, "evidence", "not written by torch.profiler", "External id")
+    caught(report, "own_profile", "not written by torch.profiler", "External id")
 
 
 @pytest.mark.parametrize("name", PAGED_OUT)
@@ -351,7 +351,7 @@ def test_memory_handed_back_to_the_kernel_is_still_held(batch, name):
     The peak graded counts what the run holds, resident or not."""
     code, report = batch.report("plain", CHEATS / name)
     assert report["audited"] is True and code == 1, explain(report)
-    caught(report, "faster", "more than the 45% this lab allows")
+    caught(report, "leaner", "more than the 45% this lab allows")
     assert "held without being resident" in failed_check(report)["actual"], explain(report)
     runs = report["memory"]["runs"]["learner"][1:]
     # What gave it away: its resident peak alone is within the lab's share, what it held is not.
