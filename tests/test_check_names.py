@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, kit_labs
+from conftest import kit_labs
 from proflab import labs
 from proflab.grading import grade
 from proflab.grading.checks import registry

@@ -35,7 +35,7 @@ import pytest
 
 from conftest import Batch, explain, sharing_data
 
-from proflab.running import torchrun
+from proflab.running import landlock
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
 
@@ -70,7 +70,7 @@ def only_failure(report: dict) -> dict:
 @pytest.mark.parametrize("name", SHARED_FILES)
 def test_gradients_averaged_through_a_file_the_ranks_share_never_reach_the_other_rank(batch, name):
     """Before: traffic 60 MB -> 0 MB, and faster. Each rank now writes and reads only files of its own."""
-    if torchrun.landlock_abi() < 1:
+    if landlock.landlock_abi() < 1:
         pytest.skip("this kernel offers no Landlock: the ranks' files cannot be kept apart here")
     code, report = batch.report("ranks", CHEATS / name)
     assert report["audited"] is True and code == 1, explain(report)

@@ -133,12 +133,12 @@ def test_a_network_not_counted_is_said_and_changes_nothing():
 def test_the_doctor_says_what_keeps_the_ranks_apart():
     import json
 
-    from proflab.running import torchrun
+    from proflab.running import landlock
 
     said = subprocess.run([sys.executable, "-m", "proflab", "doctor", "--json"], capture_output=True, text=True,
                           timeout=120)
     ranks = json.loads(said.stdout)["ranks"]
-    assert ("Landlock ABI" in ranks) == (torchrun.landlock_abi() > 0), ranks
+    assert ("Landlock ABI" in ranks) == (landlock.landlock_abi() > 0), ranks
     assert ("refused (seccomp)" in ranks) == bool(side_channels.program()), ranks
 
 

@@ -105,7 +105,6 @@ STRING_TABLE = Kind("a table of strings", lambda v: isinstance(v, dict) and all(
                     {"type": "object", "additionalProperties": {"type": "string"}})
 FILE = Kind("a file name in the lab's folder", _is_file_name, {"type": "string", "minLength": 1})
 FOLDER = Kind("a folder name under data/", _is_file_name, {"type": "string", "minLength": 1})
-SHA256 = pattern("a SHA-256, 64 hex digits", "[0-9a-fA-F]{64}")
 
 
 @dataclass(frozen=True)

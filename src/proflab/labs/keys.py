@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from ..vocabulary import (BOOL, FILE, FOLDER, SHA256, STRING, STRING_TABLE, TABLE, TEXT, TEXTS, Key, Kind, Table,
+from ..vocabulary import (BOOL, FILE, FOLDER, STRING, STRING_TABLE, TABLE, TEXT, TEXTS, Key, Kind, Table,
                           choice, integer, is_number, is_text, names, number, one_of, pattern)
 from .model import FIGURES
 

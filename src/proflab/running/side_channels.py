@@ -1,6 +1,6 @@
 """The ranks of a job share no channel but the network its collectives use.
 
-Landlock (``torchrun.confine``) keeps each rank's files its own; what it
+Landlock (``landlock.confine``) keeps each rank's files its own; what it
 does not mediate is reached by name without a file's access rights: a
 Unix socket bound in a rank's folder (``connect`` to its path), and the
 System V and POSIX message queues, semaphores and shared memory of the
@@ -137,9 +137,9 @@ def install() -> int:
 
 def describe() -> str:
     """What keeps a torchrun job's ranks apart on this machine, in a line (``proflab doctor``)."""
-    from . import torchrun
+    from . import landlock
 
-    abi = torchrun.landlock_abi()
+    abi = landlock.landlock_abi()
     files = f"each rank's files its own (Landlock ABI {abi})" if abi else \
         "the ranks' files NOT kept apart (this kernel offers no Landlock: Linux 5.13 or later)"
     ipc = ("Unix sockets and shared IPC objects refused (seccomp)" if program() else

@@ -6,7 +6,7 @@ sandbox's network, where the collectives' connections run, and where a rank
 could open a channel of its own (a TCP socket to the other rank, the
 collectives' key-value store) to send the same gradients without a
 collective. Every other channel is closed to them (``running.side_channels``,
-``running.torchrun.confine``); this one is counted.
+``running.landlock.confine``); this one is counted.
 
 The kernel counts every byte sent over the sandbox's network
 (``running.marks.network_bytes``), read by the checker at the start and the
