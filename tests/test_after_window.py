@@ -11,8 +11,9 @@ import pytest
 from proflab.grading import measures
 from proflab.running import marks
 from proflab.running.execute import Outcome
+from proflab.running.spec import RunSpec
 
-SPEC = {"warmup_steps": 2, "timed_steps": 2, "profile_steps": 2}
+SPEC = RunSpec(file="lab.py", result_path="result.json", warmup_steps=2, timed_steps=2, profile_steps=2)
 CALIBRATION = Path(__file__).resolve().parent / "calibration"
 
 
@@ -80,3 +81,22 @@ def test_a_run_without_a_trace_has_no_gap_to_count(calibration_lab):
     later = Outcome("x", Path("x.py"), "ok", {"after_s": 0.0}, steps_asked=4)  # unprofiled: no "Q", no "H"
     assert measures.gap_excess_s(later, after) == 0.0
     assert measures.gap_excess_s(profiled(5.0, 2_000_000), {}) == 0.0  # nothing of the original's to go by
+
+
+def test_a_runs_spec_is_read_back_as_it_was_written_and_nothing_else(tmp_path):
+    """The spec the checker writes for a run is the one the run reads: a key it does not know, or a value of
+    another kind, is refused, not guessed at."""
+    import json
+
+    import pytest
+
+    spec = RunSpec(file="lab.py", result_path="r.json", params={"lr": 0.1}, nproc=2, mark_fifo="m-{rank}")
+    spec.write(tmp_path / "spec.json")
+    assert RunSpec.read(tmp_path / "spec.json") == spec
+    assert spec.for_rank(1).mark_fifo == "m-1" and spec.for_rank(1).params == {"lr": 0.1}
+    for changed, said in (({"compile_credit": True}, "unknown key(s) compile_credit"),
+                          ({"timed_steps": "10"}, "timed_steps = '10'"), ({"handout": 1}, "handout = 1")):
+        (tmp_path / "bad.json").write_text(json.dumps({**json.loads((tmp_path / "spec.json").read_text()), **changed}))
+        with pytest.raises(ValueError) as e:
+            RunSpec.read(tmp_path / "bad.json")
+        assert said in str(e.value)

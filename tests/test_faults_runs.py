@@ -401,7 +401,7 @@ def test_a_check_on_an_incomplete_copy_of_the_data_repairs_it_before_any_run(kit
 # --- what the checker reads from the run is read as the learner's -------------------------------
 
 def test_a_result_file_the_run_replaced_is_read_as_a_failed_run(tmp_path):
-    from proflab.running import execute
+    from proflab.running import outcome
 
     good = {"status": "ok", "window_s": 0.1, "device": "cpu", "results": [], "steps_done": 1, "trace": None,
             "torch": "2", "threads": 1}
@@ -409,7 +409,7 @@ def test_a_result_file_the_run_replaced_is_read_as_a_failed_run(tmp_path):
         "link": lambda p: p.symlink_to("/dev/zero"),
         "fifo": lambda p: os.mkfifo(p),
         "deep": lambda p: p.write_text("[" * 200_000),
-        "huge": lambda p: p.write_bytes(b" " * (execute.RESULT_MAX_BYTES + 1)),
+        "huge": lambda p: p.write_bytes(b" " * (outcome.RESULT_MAX_BYTES + 1)),
         "not a dict": lambda p: p.write_text("[1, 2]"),
         "window as text": lambda p: p.write_text(json.dumps({**good, "window_s": "fast"})),
         "no results": lambda p: p.write_text(json.dumps({k: v for k, v in good.items() if k != "results"})),
@@ -418,24 +418,24 @@ def test_a_result_file_the_run_replaced_is_read_as_a_failed_run(tmp_path):
     for name, make in cases.items():
         path = tmp_path / f"{name}.json"
         make(path)
-        result = execute._read_result(path, 0)
+        result = outcome.read_result(path, 0)
         assert result["status"] == "error" and result["kind"] in ("crash", "too_much"), (name, result)
     (tmp_path / "good.json").write_text(json.dumps(good))
-    assert execute._read_result(tmp_path / "good.json", 0) == good
+    assert outcome.read_result(tmp_path / "good.json", 0) == good
 
 
 def test_a_trace_named_outside_the_runs_own_folder_is_never_read_or_moved(tmp_path):
-    from proflab.running import execute
+    from proflab.running import outcome as results
 
     elsewhere = tmp_path / "class" / "alice.py"
     elsewhere.parent.mkdir()
     elsewhere.write_text("print('my submission')\n")
     import hashlib
 
-    outcome = execute.Outcome("learner", elsewhere, "ok", result={
+    outcome = results.Outcome("learner", elsewhere, "ok", result={
         "trace": str(elsewhere), "trace_sha256": hashlib.sha256(elsewhere.read_bytes()).hexdigest()})
     (tmp_path / "traces").mkdir()
-    execute._take_trace(outcome, str(tmp_path / "traces"))
+    results.take_trace(outcome, str(tmp_path / "traces"))
     assert outcome.status == "error" and outcome.result["kind"] == "trace"
     assert elsewhere.read_text() == "print('my submission')\n"
 

@@ -18,9 +18,10 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import processes, sandbox
+from .spec import RunSpec
 
 Outcome = Any  # execute.Outcome: a run's status and result, which _from_outside rewrites from the stamps
 
@@ -56,8 +57,24 @@ class Marks:
         return [t for c, t in self.stamps if c == code]
 
 
+@dataclass
+class Watched:
+    """What the mark readers know of the run they stamp, as it starts and runs (``execute``), read at each
+    mark: the run's processes once started, how its CPU is counted, its channel, its pauses, its draws."""
+
+    pause: bool = False  # the run stops itself at its pausing marks until its CPU is read
+    profile_steps: int = 0  # the last "Q" ends the profiled steps
+    pipe: str | None = None  # the mark channel, as /proc links it ("pipe:[N]", "socket:[N]")
+    mark_fd: int | None = None  # the descriptor the run was given it at
+    draws: list[bytes] | None = None  # each step's inputs, handed out as the step begins (``labkit.handout``)
+    given: int = 0  # the draws handed out so far
+    cpu: Callable[[], float | None] | None = None  # the kernel's count of the run's CPU (its cgroup's)
+    tree: Any = None  # the run's processes (``processes.Tree``, ``sandbox.Tree``), once it started
+    members: list[int] | None = None  # its processes at the last scan
+
+
 # The marks after which the run stops itself until its CPU time is read: the first of each, but the last "Q"
-# (the end of the profiled steps), whose count the checker knows (``child["profile_steps"]``).
+# (the end of the profiled steps), whose count the checker knows (``Watched.profile_steps``).
 PAUSE_MARKS = "BWSEPQ"
 # How long the checker waits for a run to stop itself at such a mark: the runner stops at once after
 # writing it (microseconds of work), so only a machine too busy to schedule it for seconds takes longer.
@@ -65,7 +82,7 @@ PAUSE_WAIT_S = 3.0
 TREE_WAIT_S = 2.0  # how long a mark may wait for the run's process tree to be known
 
 
-def _paused(child: dict, code: str, seen: set[str], marks: Marks, last_q: bool = False) -> int | None:
+def _paused(child: Watched, code: str, seen: set[str], marks: Marks, last_q: bool = False) -> int | None:
     """At a pausing mark (its first time; for "Q" its last), the run's own process once it has stopped
     itself (None for another mark, or a process that is not found): read it, then continue it (``_resume``).
     A run that does not stop there did not write the mark where the runner does: noted on ``marks``
@@ -75,11 +92,11 @@ def _paused(child: dict, code: str, seen: set[str], marks: Marks, last_q: bool =
         return None
     seen.add("q" if code == "Q" else code)
     deadline = time.perf_counter() + TREE_WAIT_S
-    while "tree" not in child and time.perf_counter() < deadline:
+    while child.tree is None and time.perf_counter() < deadline:
         time.sleep(0.001)
-    if "tree" not in child:
+    if child.tree is None:
         return None
-    pid = _run_process(child["tree"])
+    pid = _run_process(child.tree)
     deadline = time.perf_counter() + PAUSE_WAIT_S
     while True:
         info = processes.stat(pid)
@@ -93,29 +110,29 @@ def _paused(child: dict, code: str, seen: set[str], marks: Marks, last_q: bool =
         time.sleep(0.0002)
 
 
-def _run_cpu(child: dict, marks: Marks) -> float:
+def _run_cpu(child: Watched, marks: Marks) -> float:
     """CPU seconds the whole run has used so far: the kernel's count for its cgroup (``cgroups``), every
     process it ever started included; where there is none, a scan of its live processes in /proc."""
-    counter = child.get("cpu")
+    counter = child.cpu
     if counter is not None:
         used = counter()
         if used is not None:
             return used
     marks.from_proc = True
-    return run_cpu_s(child["tree"], child.get("members")) if "tree" in child else 0.0
+    return run_cpu_s(child.tree, child.members) if child.tree is not None else 0.0
 
 
-def _channel(child: dict) -> str:
+def _channel(child: Watched) -> str:
     """What the run has done to the mark channel, seen from outside in /proc (""): the run's own process
     must hold it at the descriptor the runner was given, and no process of the run at any other (a copy
     kept to write marks the runner did not). A process it forked inherits it at that same number."""
-    pipe, expected = child.get("pipe"), child.get("mark_fd")
-    if pipe is None or "tree" not in child:
+    pipe, expected = child.pipe, child.mark_fd
+    if pipe is None or child.tree is None:
         return ""
     target = pipe  # the link /proc shows for it: "pipe:[N]", or "socket:[N]" where it runs both ways
-    main = _run_process(child["tree"])
+    main = _run_process(child.tree)
     held_by_main = False
-    for pid in dict.fromkeys([main, *(child.get("members") or [])]):
+    for pid in dict.fromkeys([main, *(child.members or [])]):
         info = processes.stat(pid)
         if info is None or info[4] in ("Z", "X"):
             if pid == main:
@@ -170,7 +187,7 @@ def _read(pipe, n: int) -> bytes:
         return b""
 
 
-def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
+def _read_marks(fd: int, marks: Marks, child: Watched) -> None:
     """Stamp every mark the runner writes with this process's clock, until the pipe closes.
 
     At the first step's start and end, when the timed window opens and
@@ -185,9 +202,9 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
             arrived = time.perf_counter()
             now = arrived - marks.held  # the time the run has waited stopped so far is left out
             code = chunk.decode("latin-1")
-            last_q = code == "Q" and len(marks.times("Q")) + 1 == child.get("profile_steps", 0)
+            last_q = code == "Q" and len(marks.times("Q")) + 1 == child.profile_steps
             first_q = code == "Q" and not marks.times("Q")  # the profiler's warm-up step, not in the trace, ends
-            stopped = _paused(child, code, seen, marks, last_q) if child.get("pause") else None
+            stopped = _paused(child, code, seen, marks, last_q) if child.pause else None
             if code in "BSEPQ" and code not in looked and not marks.channel:
                 looked.add(code)
                 marks.channel = _channel(child)
@@ -196,23 +213,23 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
                 while len(digest) < 64 and (more := _read(pipe, 64 - len(digest))):
                     digest += more
                 marks.trace_sha256 = digest.decode("latin-1") if marks.trace_sha256 is None else "twice"
-            if ((code in ("B", "W", "S", "E", "P", "H") and code not in marks.total) or last_q) and "tree" in child:
+            if ((code in ("B", "W", "S", "E", "P", "H") and code not in marks.total) or last_q) and child.tree is not None:
                 # read at once: the kernel's count (else the processes last scanned: a scan takes longer)
                 marks.total[code] = _run_cpu(child, marks)
-            if first_q and "tree" in child:
+            if first_q and child.tree is not None:
                 marks.total["q"] = marks.total["Q"] if last_q else _run_cpu(child, marks)
-            if (code in ("S", "E") or (code in "BP" and code not in marks.cpu) or last_q) and "tree" in child:
-                marks.cpu[code] = _cpu_by_task(child["tree"], marks)
-            if code in ("S", "E") and code not in marks.net and "tree" in child:
-                sent = network_bytes(_run_process(child["tree"]))
+            if (code in ("S", "E") or (code in "BP" and code not in marks.cpu) or last_q) and child.tree is not None:
+                marks.cpu[code] = _cpu_by_task(child.tree, marks)
+            if code in ("S", "E") and code not in marks.net and child.tree is not None:
+                sent = network_bytes(_run_process(child.tree))
                 if sent is not None:
                     marks.net[code] = sent
             if code in ("C", "c"):
-                marks.busy.append(_run_cpu(child, marks) if "tree" in child else 0.0)
+                marks.busy.append(_run_cpu(child, marks) if child.tree is not None else 0.0)
             if code in ("B", "E"):
                 marks.wall.setdefault(code, time.time())
             marks.stamps.append((code, now))
-            if code in HANDOUT_MARKS and child.get("draws"):
+            if code in HANDOUT_MARKS and child.draws:
                 _hand_out(pipe.fileno(), child)
             if stopped is not None:
                 marks.held += _resume(stopped) - arrived
@@ -223,24 +240,23 @@ def _read_marks(fd: int, marks: Marks, child: dict[str, int]) -> None:
 HANDOUT_MARKS = "BWTQ"
 
 
-def _hand_out(fd: int, child: dict) -> None:
+def _hand_out(fd: int, child: Watched) -> None:
     """Send the next step's draw down the channel (none past the run's last step)."""
-    draws, given = child["draws"], child.get("given", 0)
+    draws, given = child.draws, child.given
     if given >= len(draws):
         return
-    child["given"] = given + 1
+    child.given = given + 1
     try:
         os.write(fd, draws[given])
     except OSError:
         pass  # the run has closed its end: it is over, and its end says how
 
 
-def _expected_marks(spec: dict[str, Any]) -> str:
-    return ("B" + "W" * spec["warmup_steps"] + "S" + "T" * spec["timed_steps"] + "E"
-            + "PQ" * spec["profile_steps"])
+def _expected_marks(spec: RunSpec) -> str:
+    return "B" + "W" * spec.warmup_steps + "S" + "T" * spec.timed_steps + "E" + "PQ" * spec.profile_steps
 
 
-def _bad_marks(outcome: Outcome, marks: Marks, spec: dict[str, Any]) -> str:
+def _bad_marks(outcome: Outcome, marks: Marks, spec: RunSpec) -> str:
     """Why the marks cannot be trusted, or ""."""
     if marks.channel:
         return marks.channel
@@ -255,7 +271,7 @@ def _bad_marks(outcome: Outcome, marks: Marks, spec: dict[str, Any]) -> str:
         return (f"the marks of its steps reached the checker as {_abridge(steps)}, "
                 f"not {_abridge(expected)}")
     compiling = "".join(c for c, _ in marks.stamps if c in "Cc")
-    if compiling and not spec.get("compile_marks"):
+    if compiling and not spec.compile_marks:
         return "compile marks arrived from a file that never mentions torch.compile"
     if compiling != "Cc" * (len(compiling) // 2) or len(compiling) % 2:
         return "its compile marks do not open and close in turn"
@@ -349,8 +365,8 @@ def _clock_slow(inside_steps: Any, bounds: list[float]) -> bool:
     return slow > len(outside) // 2
 
 
-def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], background_allowed: bool,
-                  reads=None) -> None:
+def _from_outside(outcome: Outcome, marks: Marks, spec: RunSpec, background_allowed: bool,
+                  reads=None, compile_credit: bool = False) -> None:
     """Replace the run's own timings by the checker's stamps; fail a run whose marks or clock disagree.
 
     Besides the timed window, the stamps give what the checker needs to count
@@ -383,7 +399,7 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
     r["all_step_s"] = [b - a for a, b in zip(every, every[1:])]
     r["window_s"] = outside
     r["outside_window_s"] = outside
-    r["mean_step_s"] = outside / max(spec["timed_steps"], 1)
+    r["mean_step_s"] = outside / max(spec.timed_steps, 1)
     r["span_s"] = end - begin  # from the first warm-up step to the end of the timed window
     # What the run did after its timed window, until its own process ended: its profiled steps, and
     # whatever else it ran there. Beyond what the original does there, it counts against the run
@@ -400,10 +416,10 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
     qs, hs = marks.times("Q"), marks.times("H")
     if qs and hs:
         r["trace_gap_s"] = max(0.0, hs[0] - qs[-1])
-    credit = bool(spec.get("compile_credit"))  # elsewhere compiling is work like any other: nothing left out
+    credit = compile_credit  # ([timing] compile) elsewhere compiling is work like any other: nothing left out
     r["compile_s"] = _compiling_s(marks, begin, start, reads) if credit else 0.0
     if {"B", "W", "S", "E"} <= marks.total.keys() or ({"B", "S", "E"} <= marks.total.keys()
-                                                     and not spec["warmup_steps"]):
+                                                     and not spec.warmup_steps):
         total = marks.total
         r["cpu_span_s"] = total["E"] - total["B"]  # what the checker's /proc says the run used, B to E
         r["cpu_window_s"] = total["E"] - total["S"]
@@ -412,8 +428,8 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
         r["first_step_cpu_s"] = max(0.0, first_cpu - (_compiling_cpu_s(marks, begin, first_end) if credit else 0.0))
         if "Q" in total and "H" in total:
             r["cpu_trace_gap_s"] = max(0.0, total["H"] - total["Q"])
-        n = int(spec.get("profile_steps") or 0)
-        if {"P", "q", "Q"} <= total.keys() and n >= 2 and "Q" in spec.get("pause_marks", ""):
+        n = spec.profile_steps
+        if {"P", "q", "Q"} <= total.keys() and n >= 2 and "Q" in spec.pause_marks:
             # the profiler's warm-up step (not in the trace), and the traced steps' mean: both read while the
             # run waited stopped at their ends
             r["profiled_cpu_s"] = [total["q"] - total["P"], (total["Q"] - total["q"]) / (n - 1)]
@@ -423,11 +439,11 @@ def _from_outside(outcome: Outcome, marks: Marks, spec: dict[str, Any], backgrou
                 max(0.0, cpu_from - total["E"]) + max(0.0, marks.final_cpu - cpu_to)
     r["cpu_source"] = "/proc" if marks.from_proc else "cgroup"
     if {"S", "E"} <= marks.net.keys():  # every byte the run's network carried in its timed steps
-        r["net_bytes_per_step"] = (marks.net["E"] - marks.net["S"]) / max(spec["timed_steps"], 1)
+        r["net_bytes_per_step"] = (marks.net["E"] - marks.net["S"]) / max(spec.timed_steps, 1)
     r["compile_marked_s"] = sum(max(0.0, min(b, start) - max(a, begin))
                                 for a, b in zip(marks.times("C"), marks.times("c")))
     r["first_step_s"] = max(0.0, (first_end - begin) - (_compiling_s(marks, begin, first_end, reads) if credit else 0.0))
-    r["counted_steps"] = spec["warmup_steps"] + spec["timed_steps"] - (1 if spec["warmup_steps"] else 0)
+    r["counted_steps"] = spec.warmup_steps + spec.timed_steps - (1 if spec.warmup_steps else 0)
     profiled = [q - p for p, q in zip(marks.times("P"), marks.times("Q"))]
     r["profiled_step_s"] = sum(profiled) / len(profiled) if profiled else 0.0
     r["profiled_steps_s"] = profiled

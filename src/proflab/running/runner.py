@@ -22,8 +22,8 @@ own prints go to stdout/stderr and can never corrupt it.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
-import json
 import os
 import signal
 import sys
@@ -34,6 +34,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..labkit import handout
+from .spec import RunSpec
 
 _clock = time.perf_counter  # bound before any learner code is imported
 _write = os.write
@@ -58,7 +59,7 @@ def _marker(fd: int | None, pause: str = ""):
         C, c         torch.compile starts, ends compiling (left out of the timing)
         H + 64 hex   the sha256 of the trace, sent as soon as it is written
 
-    In lab 3 (``spec["handout"]``) the channel is a socket that runs both
+    In lab 3 (``RunSpec.handout``) the channel is a socket that runs both
     ways: after B, W, T and Q, the checker sends the next step's draw, which
     the lab's data class reads as that step asks for its batch
     (``labkit.handout``).
@@ -199,7 +200,7 @@ class TraceFolder(str):
         return TraceFolder(os.path.join(self, os.fspath(other)))
 
 
-def _end_refused(spec: dict[str, Any], path: Path):
+def _end_refused(spec: RunSpec, path: Path):
     """What ends a run whose batch was refused on a thread of its own (``labkit.handout``): its result
     written at once, where in the lab file it asked, and the process gone; the step waiting on that
     thread would otherwise wait out the run's time limit, and the reason be lost."""
@@ -211,7 +212,7 @@ def _end_refused(spec: dict[str, Any], path: Path):
         frames = traceback.extract_stack()[:-2]  # not this function, nor the lab kit's
         mine = [f for f in frames if Path(f.filename).resolve() == path]
         frame = (mine or frames)[-1]
-        write_json(spec["result_path"], {
+        write_json(spec.result_path, {
             "status": "error", "kind": "exception",
             "message": f"in its thread {threading.current_thread().name!r}: {_describe(error)}",
             "file": frame.filename, "line": frame.lineno, "code": (frame.line or "").strip(),
@@ -335,53 +336,53 @@ def _resolve_device(requested: str, torch):
     return torch.device(requested)
 
 
-def run(spec: dict[str, Any]) -> dict[str, Any]:
+def run(spec: RunSpec) -> dict[str, Any]:
     from .. import quiet
 
     quiet.silence_known_warnings()
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-    if spec.get("threads"):
-        torch.set_num_threads(spec["threads"])
-    path = Path(spec["file"]).resolve()
-    device = _resolve_device(spec["device"], torch)
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    path = Path(spec.file).resolve()
+    device = _resolve_device(spec.device, torch)
     backend = None
-    if spec.get("nproc"):  # a rank of a torchrun job: its own device where there is one per rank
+    if spec.nproc:  # a rank of a torchrun job: its own device where there is one per rank
         device, backend = _rank_device(device, torch)
     info = {"device": device.type, "torch": torch.__version__, "threads": torch.get_num_threads(),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
 
-    for folder in reversed(spec.get("sys_path") or []):  # a gate's baseline at a revision: its project's modules
+    for folder in reversed(spec.sys_path):  # a gate's baseline at a revision: its project's modules
         sys.path.insert(0, folder)
-    mark = _marker(spec.get("mark_fd"), spec.get("pause_marks", ""))
-    if spec.get("compile_marks"):
+    mark = _marker(spec.mark_fd, spec.pause_marks)
+    if spec.compile_marks:
         _watch_compiling(mark)
-    if spec.get("preimport"):
+    if spec.preimport:
         _preimport()
     from .. import labkit
 
-    labkit.set_round(spec.get("seed") or 0)  # this round's inputs: the lab kit's weights are drawn from them
-    if spec.get("handout"):  # each step's batch comes from the checker as the step begins (labkit.handout)
-        handout.set_channel(spec.get("mark_fd"), refused=_end_refused(spec, path))
+    labkit.set_round(spec.seed)  # this round's inputs: the lab kit's weights are drawn from them
+    if spec.handout:  # each step's batch comes from the checker as the step begins (labkit.handout)
+        handout.set_channel(spec.mark_fd, refused=_end_refused(spec, path))
     mark(b"B")  # from here on, all is the lab file's: its import counts as part of its first step
-    module = _import(path, spec.get("shown_as"))
+    module = _import(path, spec.shown_as)
     pipeline = getattr(module, "pipeline", None)
     if not callable(pipeline):
         raise _Failure("missing", f"{path.name} defines no function pipeline(cfg); the checker calls "
                        "pipeline(cfg) and takes one training step per value it yields", file=str(path))
 
-    cfg = SimpleNamespace(device=device, batch_size=spec["batch_size"], seed=spec["seed"],
-                          data_dir=Path(spec["data_dir"]), **spec.get("params", {}))
+    cfg = SimpleNamespace(device=device, batch_size=spec.batch_size, seed=spec.seed,
+                          data_dir=Path(spec.data_dir), **spec.params)
     if backend is not None:
         cfg.backend = backend
-    if spec.get("learner_profiles"):  # lab 0: the file profiles itself, into the folder the checker gives it
-        cfg.trace_dir = TraceFolder(spec["trace_dir"])
-    if "cfg_steps" in spec:  # lab 0: how many steps the loop is to take (its loader's length)
-        cfg.steps = spec["cfg_steps"]
-    answers = _answers(module) if spec.get("learner_profiles") else None
+    if spec.learner_profiles:  # lab 0: the file profiles itself, into the folder the checker gives it
+        cfg.trace_dir = TraceFolder(spec.trace_dir)
+    if spec.cfg_steps is not None:  # lab 0: how many steps the loop is to take (its loader's length)
+        cfg.steps = spec.cfg_steps
+    answers = _answers(module) if spec.learner_profiles else None
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    warmup, timed, profiled = spec["warmup_steps"], spec["timed_steps"], spec["profile_steps"]
+    warmup, timed, profiled = spec.warmup_steps, spec.timed_steps, spec.profile_steps
     kept: list[dict[str, Any]] = []
     trace = None
     table = None
@@ -408,15 +409,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             raise _Failure("exception", _describe(e), step=step, traceback=traceback.format_exc(),
                            **_location(e, path)) from None
         kept.append(_keep(out, step, torch))
-        if step == 0 and spec.get("nproc"):
-            _joined(torch, int(spec["nproc"]), path)
+        if step == 0 and spec.nproc:
+            _joined(torch, spec.nproc, path)
 
     ticks: list[float] = []  # each timed step's end, by this process's clock
     try:
         for _ in range(warmup):
             advance()
             mark(b"W")
-        if spec.get("profile_mode") == "timed":  # the benchmark's overhead measurement
+        if spec.profile_mode == "timed":  # the benchmark's overhead measurement
             with profile(activities=_activities(device, ProfilerActivity)) as prof:
                 sync()  # the profiler's start-up is not part of what it costs per step
                 start = _clock()
@@ -441,23 +442,23 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             sync()
             end = _clock()
             mark(b"E")
-            if spec.get("learner_profiles"):  # what follows its last step (its table), after the timed window
+            if spec.learner_profiles:  # what follows its last step (its table), after the timed window
                 _drain(iterator, len(kept), path)
-            beside = None if spec.get("background_threads") else \
-                _background(threads_before, end - start, bool(spec.get("background_workers")))
+            beside = None if spec.background_threads else \
+                _background(threads_before, end - start, spec.background_workers)
             if beside:
                 raise _Failure("background", f"work went on beside the timed steps: {beside}", file=str(path))
 
-        trace_dir = None if spec.get("learner_profiles") else spec.get("trace_dir")
+        trace_dir = None if spec.learner_profiles else spec.trace_dir
         if trace_dir and profiled >= 2:
             prof = profile(
                 activities=_activities(device, ProfilerActivity),
                 schedule=schedule(wait=0, warmup=1, active=profiled - 1, repeat=1),
-                on_trace_ready=tensorboard_trace_handler(trace_dir, worker_name=spec["worker_name"]),
-                record_shapes=spec.get("record_shapes", False),
-                profile_memory=spec.get("profile_memory", False),
-                with_stack=spec.get("with_stack", False),
-                **_all_threads(spec.get("all_threads", False)),
+                on_trace_ready=tensorboard_trace_handler(trace_dir, worker_name=spec.worker_name),
+                record_shapes=spec.record_shapes,
+                profile_memory=spec.profile_memory,
+                with_stack=spec.with_stack,
+                **_all_threads(spec.all_threads),
             )
             prof.start()
             for i in range(profiled):
@@ -467,20 +468,18 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 prof.step()
             prof.stop()
             sync()
-            written = sorted(Path(trace_dir).glob(f"{spec['worker_name']}.*.pt.trace.json*"),
+            written = sorted(Path(trace_dir).glob(f"{spec.worker_name}.*.pt.trace.json*"),
                              key=lambda p: p.stat().st_mtime)
             trace = str(written[-1]) if written else None
             if trace:
                 # Before any more of the lab file runs (its generator's finally, below): the
                 # checker then knows the trace as the profiler wrote it, and prepares it for
                 # TensorBoard itself, outside this process.
-                from ..labs import sha256
-
-                mark(b"H" + sha256(Path(trace)).encode())
-            if spec.get("table"):
+                mark(b"H" + hashlib.sha256(Path(trace).read_bytes()).hexdigest().encode())
+            if spec.table:
                 averages = prof.key_averages()
-                key = _sort_key(device.type, averages, spec.get("profile_memory", False))
-                table = {"sort_by": key, "text": averages.table(sort_by=key, row_limit=spec.get("row_limit", 15))}
+                key = _sort_key(device.type, averages, spec.profile_memory)
+                table = {"sort_by": key, "text": averages.table(sort_by=key, row_limit=spec.row_limit)}
         else:
             for i in range(profiled):
                 mark(b"P")
@@ -490,7 +489,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     except _Short as short:
         expected = warmup + timed + profiled
         raise _Failure("short", f"pipeline(cfg) stopped after {short.args[0]} steps; the checker needs "
-                       f"{expected} steps of batch size {spec['batch_size']}", file=str(path),
+                       f"{expected} steps of batch size {spec.batch_size}", file=str(path),
                        steps_done=short.args[0]) from None
     finally:
         close = getattr(steps, "close", None)
@@ -501,7 +500,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 pass
 
     # Only the timed window's length and its steps', by this process's clock, are reported: the checker
-    # compares them with its own stamps, from which it takes every timing (execute._from_outside).
+    # compares them with its own stamps, from which it takes every timing (marks._from_outside).
     if device.type == "cuda":  # a floor for the device's peak only: the checker reads it from the driver too
         info["device_reserved_mb"] = torch.cuda.max_memory_reserved(device) / 2**20
     return {"status": "ok", **info, "steps_done": len(kept), "window_s": end - start,
@@ -551,18 +550,18 @@ def _activities(device, ProfilerActivity):
     return acts
 
 
-def _for_rank(spec: dict[str, Any], rank: int) -> dict[str, Any]:
+def _for_rank(spec: RunSpec, rank: int) -> RunSpec:
     """The spec of one rank: every ``{rank}`` in its paths and names filled in, and the marks written to
     that rank's FIFO (torchrun starts the ranks with only the standard descriptors)."""
-    spec = {k: v.replace("{rank}", str(rank)) if isinstance(v, str) else v for k, v in spec.items()}
+    spec = spec.for_rank(rank)
     try:
-        spec["mark_fd"] = os.open(spec["mark_fifo"], os.O_WRONLY)
-    except (KeyError, OSError):
-        spec["mark_fd"] = None  # no marks: the checker fails the run
+        spec.mark_fd = os.open(spec.mark_fifo, os.O_WRONLY) if spec.mark_fifo else None
+    except OSError:
+        spec.mark_fd = None  # no marks: the checker fails the run
     return spec
 
 
-def _launch(spec: dict[str, Any], spec_path: str) -> None:
+def _launch(spec: RunSpec, spec_path: str) -> None:
     """Start the job's ranks with torchrun's launcher (``torchrun``), wait for them, and exit: 0 when
     every rank ran to its end, 1 when one failed (its result file says why, torchrun's summary which)."""
     from .. import quiet
@@ -571,12 +570,12 @@ def _launch(spec: dict[str, Any], spec_path: str) -> None:
     quiet.silence_known_warnings()
     code = 0
     try:
-        torchrun.launch(int(spec["nproc"]), rank_main, spec_path)
+        torchrun.launch(spec.nproc, rank_main, spec_path)
     except KeyboardInterrupt:
         code = 130
     except BaseException as e:  # noqa: BLE001 - a rank failed, and torchrun stopped the others
         code = 1
-        torchrun.write_failures(e, spec["launch_path"])
+        torchrun.write_failures(e, spec.launch_path)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
@@ -591,14 +590,14 @@ def rank_main(spec_path: str) -> int:
     from . import torchrun
 
     rank = int(os.environ.get("RANK", "0"))
-    spec = _for_rank(json.loads(Path(spec_path).read_text()), rank)
+    spec = _for_rank(RunSpec.read(spec_path), rank)
     _stack_on_request(spec)
     spec = torchrun.confine_rank(spec, rank)  # its files its own: no channel to the other ranks but the job's
     try:
         result = run(spec)
     except _Failure as f:
         result = {"status": "error", "kind": f.kind, "message": f.message, **f.where}
-    write_json(spec["result_path"], torchrun.hand_over(spec, result))
+    write_json(spec.result_path, torchrun.hand_over(spec, result))
     torchrun.hand_over_result(spec)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -610,7 +609,7 @@ def rank_main(spec_path: str) -> int:
 _stack_file = None  # kept open for faulthandler, which writes to its descriptor
 
 
-def _stack_on_request(spec: dict[str, Any]) -> None:
+def _stack_on_request(spec: RunSpec) -> None:
     """Let the checker know where a rank is: its PID in a file, and its Python stack written to another
     on SIGUSR1 (a job that runs out of time says where each rank was) and on a fatal signal (a rank
     that crashes says where)."""
@@ -619,10 +618,10 @@ def _stack_on_request(spec: dict[str, Any]) -> None:
 
     global _stack_file
     try:
-        _stack_file = open(spec["stack_path"], "w")
+        _stack_file = open(spec.stack_path, "w")
         faulthandler.enable(file=_stack_file, all_threads=False)
         faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=False)
-        Path(spec["pid_path"]).write_text(str(os.getpid()))
+        Path(spec.pid_path).write_text(str(os.getpid()))
     except (KeyError, OSError, ValueError, AttributeError):
         pass
 
@@ -630,8 +629,8 @@ def _stack_on_request(spec: dict[str, Any]) -> None:
 def main(argv: list[str]) -> int:
     from ..atomic import write_json
 
-    spec = json.loads(Path(argv[0]).read_text())
-    if spec.get("nproc"):  # the first process of a torchrun job: the launcher, whose ranks run the file
+    spec = RunSpec.read(argv[0])
+    if spec.nproc:  # the first process of a torchrun job: the launcher, whose ranks run the file
         _launch(spec, argv[0])
     try:
         result = run(spec)
@@ -639,7 +638,7 @@ def main(argv: list[str]) -> int:
         result = {"status": "error", "kind": f.kind, "message": f.message, **f.where}
     except KeyboardInterrupt:
         return 130
-    write_json(spec["result_path"], result)
+    write_json(spec.result_path, result)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # no waiting on threads the lab file may have left behind

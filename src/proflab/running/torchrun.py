@@ -15,7 +15,7 @@ Each rank runs the lab file as a single run does (``runner``), with
 ``{rank}`` filled in its spec: its own result file, its own trace (worker
 ``rank0``, ``rank1``…, so TensorBoard shows the ranks as workers of one run),
 and its own marks. They go to a FIFO of its own, made here, which the checker
-reads and stamps with its own clock (``execute._read_marks``), rank by rank.
+reads and stamps with its own clock (``marks._read_marks``), rank by rank.
 What a rank's marks, result and trace must be is what a single run's must
 be; ``merge`` then makes one outcome of the job: it stands or falls with its
 slowest (or failed) rank.
@@ -26,12 +26,14 @@ from __future__ import annotations
 import os
 import re
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 from . import landlock, sandbox, side_channels
+from .spec import RunSpec
 
-# Per-run timing fields of a rank's result (execute._from_outside): the job's are its slowest rank's.
+# Per-run timing fields of a rank's result (marks._from_outside): the job's are its slowest rank's.
 TIMING = ("step_times", "all_step_s", "window_s", "outside_window_s", "mean_step_s", "span_s", "compile_s",
           "first_step_s", "counted_steps", "profiled_step_s", "profiled_steps_s", "wall_window", "reported")
 
@@ -226,41 +228,39 @@ def stuck(marks: list[Any]) -> str:
     return f"rank {', '.join(map(str, behind))} stopped after {low} step{'s' if low != 1 else ''} ({said})"
 
 
-def own_folder(spec: dict[str, Any], rank: int) -> Path:
+def own_folder(spec: RunSpec, rank: int) -> Path:
     """A rank's own folder, beside its result file: its TMPDIR and HOME, and where its trace is written."""
-    folder = Path(spec["result_path"]).parent / f"rank{rank}-own"
+    folder = Path(spec.result_path).parent / f"rank{rank}-own"
     folder.mkdir(mode=0o700, exist_ok=True)
     return folder
 
 
-def confine_rank(spec: dict[str, Any], rank: int) -> dict[str, Any]:
+def confine_rank(spec: RunSpec, rank: int) -> RunSpec:
     """Make a rank's spec write into its own folder, point its temporary folders there, and confine it
     (``confine``). The spec returned names the folders ``hand_over`` moves the rank's files back to."""
     import tempfile
 
     own = own_folder(spec, rank)
-    spec = {**spec, "own_folder": str(own), "handover": {}}
-    for key in ("result_path",):
-        spec["handover"][key] = spec[key]
-        spec[key] = str(own / Path(spec[key]).name)
-    if spec.get("trace_dir"):
-        spec["handover"]["trace_dir"] = spec["trace_dir"]
+    spec = replace(spec, own_folder=str(own), handover={"result_path": spec.result_path},
+                   result_path=str(own / Path(spec.result_path).name))
+    if spec.trace_dir:
+        spec.handover["trace_dir"] = spec.trace_dir
         (own / "trace").mkdir(exist_ok=True)
-        spec["trace_dir"] = str(own / "trace")
+        spec.trace_dir = str(own / "trace")
     for name in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "MPLCONFIGDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
         os.environ[name] = str(own if name in ("HOME", "TMPDIR") else own / name.lower())
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
-    handover = {str(Path(spec["handover"]["result_path"]).parent),
-                *([spec["handover"]["trace_dir"]] if spec["handover"].get("trace_dir") else [])}
-    spec["confined"] = landlock.confine(own, tuple(sorted(handover)))
-    spec["filtered"] = side_channels.install()  # no Unix socket, no shared IPC object between the ranks
+    handover = {str(Path(spec.handover["result_path"]).parent),
+                *([spec.handover["trace_dir"]] if spec.handover.get("trace_dir") else [])}
+    spec.confined = landlock.confine(own, tuple(sorted(handover)))
+    spec.filtered = side_channels.install()  # no Unix socket, no shared IPC object between the ranks
     return spec
 
 
-def hand_over(spec: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+def hand_over(spec: RunSpec, result: dict[str, Any]) -> dict[str, Any]:
     """A confined rank's trace moved to the run's trace folder (the result names it there); the result
     file is then written by the caller, in its own folder, and moved over by ``hand_over_result``."""
-    given = spec.get("handover") or {}
+    given = spec.handover
     trace = result.get("trace")
     if trace and given.get("trace_dir"):
         moved = Path(given["trace_dir"]) / Path(trace).name
@@ -269,21 +269,21 @@ def hand_over(spec: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
             result = {**result, "trace": str(moved)}
         except OSError:  # left where it is: the checker then says the trace is not where it looks
             pass
-    result["confined"] = spec.get("confined", 0)
+    result["confined"] = spec.confined
     message = str(result.get("message", ""))
-    if result.get("status") != "ok" and spec.get("filtered") and "Operation not permitted" in message:
+    if result.get("status") != "ok" and spec.filtered and "Operation not permitted" in message:
         # EPERM: the seccomp filter's refusal (Landlock's is EACCES, "Permission denied")
         result["message"] = (message + " (a rank of the job opens no socket but the network's (no Unix or netlink "
                              "socket) and no shared memory, semaphore or message queue: the ranks share nothing "
                              "but torch.distributed's collectives)")
-    elif result.get("status") != "ok" and spec.get("confined") and ("Permission denied" in message
+    elif result.get("status") != "ok" and spec.confined and ("Permission denied" in message
                                                                     or "PermissionError" in message):
         result["message"] = (message + " (each rank of the job writes and reads only files of its own, in its "
                              "TMPDIR: the ranks share nothing but torch.distributed's collectives)")
     return result
 
 
-def hand_over_result(spec: dict[str, Any]) -> None:
-    given = spec.get("handover") or {}
+def hand_over_result(spec: RunSpec) -> None:
+    given = spec.handover
     if given.get("result_path"):
-        os.rename(spec["result_path"], given["result_path"])
+        os.rename(spec.result_path, given["result_path"])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ... import labs
 from ...measuring import answers, breakdown, evidence
-from ...running import execute
+from ...running import execute, outcome
 from ..rounds import Rounds
 from ..trial import FIRST_ROUND
 from ..verdicts import FAILED, Check, Report
@@ -54,7 +54,7 @@ def own_profile(lab: labs.Lab, report: Report, proof: Check, run: execute.Outcom
         proof.failed(f"your code wrote {found} traces", "one trace: one window of steps", f"{found} traces",
                      f"profile one window: {window}")
         return False
-    if trace is None and r.get("trace_error") == execute.NO_STEPS:
+    if trace is None and r.get("trace_error") == outcome.NO_STEPS:
         proof.failed(f"your profile has no steps ({r.get('trace_mb', 0.0):.1f} MB): it records the whole loop "
                      "as one: profile a window, not the whole loop", f"a window of at most {prof.max_steps} "
                      "ProfilerStep# steps", "no ProfilerStep# in the trace",
