@@ -24,7 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from proflab import cli, labs
+from proflab import labs
+from proflab.commands import common as cli
 from proflab.grading import checks, staging
 from proflab.reporting import report
 from proflab.running import forkserver

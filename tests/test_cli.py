@@ -146,7 +146,7 @@ def _runner_processes(root) -> list[str]:
     for proc in Path("/proc").iterdir():
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            if not ("proflab.running.runner" in cmdline or "proflab.running.forkserver" in cmdline):
+            if not ("proflab.running.runner" in cmdline or "proflab.running.serve" in cmdline):
                 continue
             if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX":
                 continue

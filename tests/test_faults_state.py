@@ -263,7 +263,7 @@ def test_the_last_run_is_validated_before_tensorboard_uses_it(bare_kit, monkeypa
     """``_what_to_open`` (``proflab tensorboard``'s pointer) on a last_run of the wrong shape."""
     monkeypatch.setenv("PROFLAB_ROOT", str(bare_kit.root))
     monkeypatch.chdir(bare_kit.root)
-    from proflab import cli
+    from proflab.commands import learning as cli
 
     (bare_kit.root / ".proflab").mkdir()
     (bare_kit.root / "runs").mkdir()

@@ -231,7 +231,7 @@ def test_a_server_whose_checker_is_killed_exits(lab):
                 state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
             except OSError:
                 continue
-            if b"proflab.running.forkserver" not in command or state in "ZX":
+            if b"proflab.running.serve" not in command or state in "ZX":
                 continue
             try:
                 mine = os.environ["PROFLAB_TEST_MARK"].encode() in Path(f"/proc/{entry}/environ").read_bytes()

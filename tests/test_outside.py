@@ -26,7 +26,7 @@ import pytest
 
 from conftest import Batch, explain, sharing_data, statuses
 
-from proflab.running import cgroups, marks, processes
+from proflab.running import cgroups, processes, readings
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
 ATTEMPTS = ["lab1_forged_window.py", "lab2_forged_marks.py", "lab2_forged_marks_paused.py",
@@ -165,7 +165,7 @@ def test_the_kernel_counts_a_zombie_a_scan_of_live_processes_misses():
         else:
             pytest.fail("the child never ended")
         tree = processes.Tree(proc.pid, set())
-        scanned = marks.run_cpu_s(tree)
+        scanned = readings.run_cpu_s(tree)
         counted = group.usage_s()
         assert counted is not None and counted >= 0.35, counted
         assert scanned < 0.2, scanned  # the zombie's 0.4 s is in no live process's figure

@@ -1,6 +1,6 @@
 """What the ranks of a job may share, enforced by the kernel: a rank's seccomp filter
 (``running.side_channels``), and the bytes of the sandbox's own network, counted from outside
-(``running.marks.network_bytes``) and counted as traffic (``grading.checks.job_network``)."""
+(``running.readings.network_bytes``) and counted as traffic (``grading.checks.job_network``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from proflab.grading.checks import job_network
 from proflab.measuring.trace import Measure
-from proflab.running import execute, marks, sandbox, side_channels
+from proflab.running import execute, readings, sandbox, side_channels
 
 pytestmark = pytest.mark.quick
 
@@ -87,15 +87,15 @@ def test_the_bytes_a_sandboxed_process_sends_are_read_from_outside():
             pytest.skip("bubblewrap cannot make a network of its own here")
         inside = proc.pid
         deadline = time.monotonic() + 5
-        while marks._name(inside) == "bwrap" and time.monotonic() < deadline:  # bwrap, then the process
+        while readings._name(inside) == "bwrap" and time.monotonic() < deadline:  # bwrap, then the process
             children = sandbox.children(inside)
             inside = children[0] if children else inside
-        sent = marks.network_bytes(inside)
+        sent = readings.network_bytes(inside)
     finally:
         proc.kill()
         proc.wait()
     assert sent is not None and 2_000_000 <= sent < 2_500_000  # the bytes and their TCP headers
-    assert marks.network_bytes(__import__("os").getpid()) is None  # this process's network is the machine's
+    assert readings.network_bytes(__import__("os").getpid()) is None  # this process's network is the machine's
 
 
 def _run(sent_per_step: float | None) -> execute.Outcome:

@@ -375,7 +375,7 @@ def test_odd_progress_and_runs_do_not_stop_the_server(served):
     ["not", "a", "mapping"],
 ], ids=["no-lab", "a-string", "not-strings", "a-list"])
 def test_what_to_open_degrades_on_odd_progress(tmp_path, monkeypatch, progress_file):
-    from proflab import cli
+    from proflab.commands import learning as cli
 
     monkeypatch.setenv("PROFLAB_ROOT", str(tmp_path))
     (tmp_path / ".proflab").mkdir()
@@ -388,7 +388,7 @@ def test_what_to_open_degrades_on_odd_progress(tmp_path, monkeypatch, progress_f
 
 
 def test_what_to_open_on_a_folder_it_cannot_read(tmp_path, monkeypatch):
-    from proflab import cli
+    from proflab.commands import learning as cli
 
     monkeypatch.setenv("PROFLAB_ROOT", str(tmp_path))
     runs = tmp_path / "runs"

@@ -12,7 +12,7 @@ hands over (its result and its trace, moved out of its folder, never read back).
 two Landlock domains: neither can trace the other (``/proc/PID/mem``), and from ABI 6 neither can reach
 the other's abstract Unix sockets or signal it. A Unix socket reached by its path, and the IPC objects of
 the sandbox, are refused by a seccomp filter (``side_channels``). What stays shared is the network of the
-sandbox, the collectives' (and their store's) own, whose every byte the kernel counts (``marks.network_bytes``).
+sandbox, the collectives' (and their store's) own, whose every byte the kernel counts (``readings.network_bytes``).
 """
 
 from __future__ import annotations

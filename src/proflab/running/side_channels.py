@@ -29,7 +29,7 @@ that refuses, with EPERM:
 
 Every other way between the ranks goes over the sandbox's network (TCP or
 UDP on its loopback, the collectives' store included), whose bytes the
-checker reads from the kernel (``marks.network_bytes``) and counts beside
+checker reads from the kernel (``readings.network_bytes``) and counts beside
 the collectives' (``grading.checks.job_network``).
 
 The filter is a classic BPF program, written here for the two architectures

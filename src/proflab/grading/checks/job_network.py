@@ -9,7 +9,7 @@ collective. Every other channel is closed to them (``running.side_channels``,
 ``running.landlock.confine``); this one is counted.
 
 The kernel counts every byte sent over the sandbox's network
-(``running.marks.network_bytes``), read by the checker at the start and the
+(``running.readings.network_bytes``), read by the checker at the start and the
 end of each rank's timed steps. The original's run says how many bytes its
 collectives cost on that network, per byte the trace shows them carry
 (gloo's ring, its headers). A version's network carries what its own
