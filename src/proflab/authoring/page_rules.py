@@ -53,7 +53,7 @@ ALLOWED += [("instructor.md", text, reason) for text, reason in [
     ("20 ms", "the slack of the first step (grading/measures.py), of the trace's steps, the memory sampling, "
               "the calibration lab's step_ms"),
     ("2×", "the trace's steps against the stamped ones"), ("25%", "running/marks.py CLOCK_SLACK"),
-    ("30 ms", "the background work floor, running/marks.py"), ("0.25 s", "running/execute.py POLL_S"),
+    ("30 ms", "the background work floor, running/marks.py"), ("0.25 s", "running/launch.py POLL_S"),
     ("100 ms", "running/memory.py DEVICE_SAMPLE_S"), ("0.9×", "labs/keys.py min_work_vs_original"),
     ("5×", "grading/checks/evidence.py PROFILED_SLOWDOWN_MAX"),
     ("0.2×", "grading/checks/evidence.py PROFILED_SHORTER_MAX"),

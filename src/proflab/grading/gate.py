@@ -33,14 +33,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import errors, labs, paths
+from .. import labs, paths
 from ..measuring import breakdown, evidence, operators, stats, traces
 from ..running import execute, forkserver, revision, slots
 from .compare import Difference
 from .failures import runtime_failure
 from .gate_config import Settings
-from .measures import (after_allowance, changed_during, counted_step_s, differs, figure_of, first_step_allowance, fingerprint,
+from .measures import (after_allowance, counted_step_s, differs, figure_of, first_step_allowance, fingerprint,
                        stop_reason)
+from .once import Runs, as_handed_in, keep_trace
 from .staging import prepare_data, snapshot, workspace
 from .verdicts import FAILED, INCONCLUSIVE, PASSED, Check, NotGraded, Verdict
 
@@ -228,51 +229,33 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
         lab = replace(lab, timing={"cpu": s.measure, "cuda": s.measure})
     runs, same, regression = (report.check(n) for n, *_ in CHECKS)
     name = Path(s.file).name
-    try:
-        compile(gate.candidate.read_bytes(), str(gate.candidate), "exec")
-    except SyntaxError as e:
-        runtime_failure(runs, execute.Outcome("candidate", gate.candidate, "error", result={
-            "kind": "syntax", "message": f"SyntaxError: {e.msg}", "file": str(s.file), "line": e.lineno,
-            "code": (e.text or "").strip()}), lab, lab.workload.timeout_s)
+    broken = as_handed_in(gate.candidate, "candidate", s.file)
+    if broken is not None:
+        runtime_failure(runs, broken, lab, lab.workload.timeout_s)
         report.verdict = FAILED
         return
     done: dict[str, list[execute.Outcome]] = {v: [] for v in VERSIONS}
     loaded: dict[str, evidence.Trace] = {}
-    device = s.device
-    data_print = fingerprint(data)
+    runs_ = Runs(lab, gate.baseline, data, fingerprint(data), s.device)
     since, waited_before = time.perf_counter(), report.waited_s
     rounds = lab.workload.rounds
 
     def run_one(which: str, round_no: int) -> execute.Outcome:
-        nonlocal device
         first = not done[which]
         what = gate.baseline_shown if which == "baseline" else name
         on_progress(f"round {round_no}/{rounds}: running the {which} ({what})" if round_no <= rounds else
                     f"extra round {round_no}: the slowdown is close to {s.max_slowdown:g}×, measuring again "
                     f"({which})")
         file = gate.baseline if which == "baseline" else gate.candidate
-        try:
-            outcome = execute.run(lab, file, which, device=device, checking=True, preload=preload,
-                                  trace_dir=work / "traces" / which if first and lab.workload.profile_steps else None,
-                                  workdir=gate.baseline_workdir if which == "baseline" else gate.workdir,
-                                  shown_as=Path(s.file) if which == "candidate" else
-                                  (Path(s.baseline) if s.baseline else file),
-                                  sys_path=gate.tree.import_paths(sys.path) if gate.tree and which == "baseline"
-                                  else None,
-                                  steps=None if first else {"profile_steps": 0}, role=str(file),
-                                  reads=gate.reads)
-        except errors.KitError as e:
-            raise NotGraded(str(e)) from None
-        if outcome.status == "kit":
-            raise NotGraded(outcome.result.get("message", "the kit failed"))
-        changed_during(outcome, which == "candidate", gate.baseline, lab, data, data_print)
-        if outcome.ok and device == "auto":
-            device = outcome.result["device"]
-        if outcome.ok and first and outcome.result.get("trace"):
-            report.traces[which] = outcome.result["trace"]
-            if outcome.trace is not None:
-                loaded[which] = outcome.trace
-                outcome.trace = None
+        outcome = runs_.run_once(
+            file, which, which == "candidate", preload=preload,
+            trace_dir=work / "traces" / which if first and lab.workload.profile_steps else None,
+            workdir=gate.baseline_workdir if which == "baseline" else gate.workdir,
+            shown_as=Path(s.file) if which == "candidate" else (Path(s.baseline) if s.baseline else file),
+            sys_path=gate.tree.import_paths(sys.path) if gate.tree and which == "baseline" else None,
+            steps=None if first else {"profile_steps": 0}, role=str(file), reads=gate.reads)
+        if first:
+            keep_trace(report, which, outcome, loaded)
         return outcome
 
     round_no = 0
@@ -325,7 +308,7 @@ def _measure(gate: Gate, report: GateReport, on_progress: Progress, work: Path, 
                         outcome.result.pop("results")
                         outcome.result.pop("rank_results", None)
                 done[which].append(outcome)
-            report.device = device
+            report.device = device = runs_.device
 
             for run in done["candidate"][len(report.timings["candidate"]):]:
                 diff = differs(lab, done["baseline"][0], run)

@@ -24,12 +24,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from .. import errors, labs, paths
+from .. import labs, paths
 from ..measuring import evidence, stats
 from ..running import execute, forkserver, sandbox, slots
 from .compare import Difference
-from .measures import (after_allowance, after_excess_s, changed_during, gap_excess_s, counted_step_s, differs, figure_of, fingerprint, first_step_allowance,
-                       record_peaks, round_seed, stop_reason)
+from .measures import (after_allowance, after_excess_s, counted_step_s, differs, figure_of, fingerprint,
+                       first_step_allowance, gap_excess_s, record_peaks, round_seed, stop_reason)
+from .once import Runs, keep_trace
 from .publishing import name_the_file, publish_traces
 from .staging import Stage, original_reads, original_role, prepare_data, stage
 from .trial import BEFORE, FIRST_ROUND, LATER_ROUND, OVER, Asked, LastCheck, rows
@@ -118,6 +119,7 @@ class Rounds:
         except forkserver.EngineFailed as e:
             raise NotGraded(str(e)) from None
         self._data, self._data_print = data, fingerprint(data)
+        self._runs = Runs(lab, staged.original, data, self._data_print, self.device)
         since, waited_before = time.perf_counter(), report.waited_s
         # A file that is still the original, byte for byte (the untouched exercise), runs once: that run is
         # the original's too, and the evidence, read from its trace, cannot show a change.
@@ -243,37 +245,19 @@ class Rounds:
         round_no, rounds = self.round_no, self.rounds
         asked.on_progress(f"round {round_no}/{rounds}: running the {what}" if round_no <= rounds else
                           f"extra round {round_no}: the speed-up is close to the threshold, measuring again ({what})")
-        try:
-            outcome = execute.run(lab, staged.original if which == "original" else self.file, name,
-                                  device=self.device, trace_dir=staged.work / "traces" / which if first else None,
-                                  timeout_s=self.timeout_s, checking=True,
-                                  workdir=lab.folder if which == "original" else staged.workdir,
-                                  shown_as=lab.original if which == "original" else Path(asked.file),
-                                  steps=_steps(lab, which, first),
-                                  preload=staged.preload, seed=self._seeds.setdefault(round_no, round_seed()),
-                                  role=original_role(lab) if which == "original" else str(self.file),
-                                  reads=original_reads() if which == "original" else ())
-        except errors.KitError as e:
-            raise NotGraded(str(e)) from None
-        if outcome.status == "kit":
-            raise NotGraded(outcome.result.get("message", "the kit failed"))
-        changed_during(outcome, which == "learner", staged.original, lab, self._data, self._data_print)
+        outcome = self._runs.run_once(
+            staged.original if which == "original" else self.file, name, which == "learner",
+            trace_dir=staged.work / "traces" / which if first else None, timeout_s=self.timeout_s,
+            workdir=lab.folder if which == "original" else staged.workdir,
+            shown_as=lab.original if which == "original" else Path(asked.file), steps=_steps(lab, which, first),
+            preload=staged.preload, seed=self._seeds.setdefault(round_no, round_seed()),
+            role=original_role(lab) if which == "original" else str(self.file),
+            reads=original_reads() if which == "original" else ())
+        self.device = self._runs.device  # both versions run where the first one did
         if which == "original" and first and outcome.ok:
             _holds_every_value(lab, outcome)
-        if outcome.ok and self.device == "auto":  # both versions then run where the first one did
-            self.device = outcome.result["device"]
-        if outcome.ok and first and outcome.result.get("trace"):
-            report.traces[which] = outcome.result["trace"]
-            report.trace_sha256[which] = outcome.result.get("trace_sha256") or ""
-            if lab.kind == "job":
-                report.rank_traces[which] = list(outcome.result.get("rank_traces") or [])
-                report.rank_trace_sha256[which] = list(outcome.result.get("rank_trace_sha256") or [])
-                self.loaded.update({f"{which}@{rank}": t for rank, t in enumerate(outcome.rank_traces)
-                                    if t is not None})
-                outcome.rank_traces = []
-            if outcome.trace is not None:
-                self.loaded[which] = outcome.trace
-                outcome.trace = None
+        if first:
+            keep_trace(report, which, outcome, self.loaded, job=lab.kind == "job")
         return outcome
 
     def _stop_reason(self, elapsed_s: float) -> str:

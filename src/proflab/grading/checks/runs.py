@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from ...running import execute
 from .. import audit
 from ..failures import runtime_failure
+from ..once import as_handed_in
 from ..rounds import Rounds
 from ..trial import BEFORE, FIRST_ROUND, LATER_ROUND
 from ..verdicts import FAILED, Check
@@ -55,13 +55,9 @@ def decide(trial: Rounds, check: Check) -> str | None:
 def _as_handed_in(trial: Rounds, check: Check) -> str | None:
     """Before anything runs: the file parses (no need to start a process to find that it does not), and the
     source audit, where it is on, refuses none of its lines."""
-    file = trial.file
-    try:
-        compile(file.read_bytes(), str(file), "exec")
-    except SyntaxError as e:
-        runtime_failure(check, execute.Outcome("learner", file, "error", result={
-            "kind": "syntax", "message": f"SyntaxError: {e.msg}", "file": str(file), "line": e.lineno,
-            "code": (e.text or "").strip()}), trial.lab, trial.timeout_s)
+    broken = as_handed_in(trial.file, "learner")
+    if broken is not None:
+        runtime_failure(check, broken, trial.lab, trial.timeout_s)
         return FAILED
     if trial.report.audited and _refused(trial, check):
         return FAILED
