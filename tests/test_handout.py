@@ -87,7 +87,7 @@ def test_the_checker_hands_out_a_draw_after_each_steps_start_and_end(pair):
     checker, run = pair
     draws = handout.draws(b"k" * 16, seed=3, steps=4)
     got = marks.Marks()
-    reader = threading.Thread(target=marks._read_marks, args=(checker, got, {"draws": draws}), daemon=True)
+    reader = threading.Thread(target=marks._read_marks, args=(checker, got, marks.Watched(draws=draws)), daemon=True)
     reader.start()
     handout.set_channel(run)
     received = []

@@ -130,7 +130,7 @@ def cmd_debrief(args) -> int:
         return 1
     from rich.markdown import Markdown
 
-    from .reporting import debrief
+    from ..reporting import debrief
 
     try:
         body = debrief.text(lab.debrief)
@@ -145,7 +145,7 @@ def cmd_drill(args) -> int:
     """Write this learner's diagnosis drill (``authoring.drills``) into the kit, or say where it is."""
     import getpass
 
-    from .authoring import drills
+    from ..authoring import drills
 
     who = args.who or os.environ.get("PROFLAB_LEARNER") or getpass.getuser()
     try:
@@ -169,7 +169,7 @@ def cmd_reset(args) -> int:
     when that backup or the restore cannot be made (a full disk, a read-only folder)."""
     import tempfile
 
-    from . import atomic
+    from .. import atomic
 
     lab = _lab(args.lab)
     exercise, shown = lab.exercise, escape(paths.display(lab.exercise))
@@ -306,7 +306,7 @@ def _what_to_open(logdir: Path) -> list[str]:
     folder that cannot be read, a trace deleted meanwhile) never stops the
     server: a generic line is shown instead.
     """
-    from .viewing import timeline
+    from ..viewing import timeline
 
     tabs = ["  [bold]Trace timeline[/] tab: the same run as a timeline, step by step",
             f"  Scalars › {summaries.STEP_TIME}/<lab> · Text › {summaries.REPORT} · Images › {summaries.WHERE}",
@@ -324,7 +324,7 @@ def _what_to_open(logdir: Path) -> list[str]:
                         "files tensorboard_trace_handler writes, in any sub-folder (proflab profile writes them "
                         "too).[/]"]
             return ["[dim]No runs yet: `proflab run 1` writes the first one.[/]"]
-        from .viewing import dashboard
+        from ..viewing import dashboard
 
         before, after = dashboard.pair(list(timeline.newest_traces(logdir)), run)  # as the Diff pairs them
         lines = [f"Open first: the [bold]Profile[/] tab (Overview, Operators, Diff, Memory), run [bold]{escape(run)}[/]"]
@@ -339,7 +339,7 @@ def _what_to_open(logdir: Path) -> list[str]:
 
 def cmd_data(args) -> int:
     """Every lab's data ready (rebuilt where a folder is incomplete); exit 3 when one cannot be."""
-    from .labkit import DataError, prepare_all
+    from ..labkit import DataError, prepare_all
 
     verify = getattr(args, "verify", False)
     with _status("Verifying lab data…" if verify else "Preparing lab data…") as update:
