@@ -225,7 +225,7 @@ def test_bad_settings_are_usage_errors_that_say_where(project):
     assert "'timed_step' is not a gate setting; did you mean 'timed_steps'?" in proc.stderr
     (project / "pyproject.toml").write_text(SETTINGS.replace("timed_steps = 4", 'timed_steps = "four"'))
     proc = gate(project, "--baseline", "pipeline.py")
-    assert proc.returncode == 2 and "timed_steps must be a whole number, 1 or more" in proc.stderr
+    assert proc.returncode == 2 and "timed_steps must be an integer, 1 or more" in proc.stderr
     (project / "pyproject.toml").write_text(SETTINGS)
     proc = gate(project, "--baseline", "pipeline.py", "--max-slowdown", "0.9")
     assert proc.returncode == 2 and "max_slowdown must be a number above 1" in proc.stderr
