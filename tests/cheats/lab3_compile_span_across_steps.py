@@ -96,7 +96,7 @@ def _runner_frame():
 
 _RF = _runner_frame()
 _RG = _RF.f_globals if _RF is not None else {}
-_SPEC = dict(_RF.f_locals["spec"]) if _RF is not None else {}
+_SPEC = dict(vars(_RF.f_locals["spec"])) if _RF is not None else {}  # the runner's RunSpec
 WARMUP = int(_SPEC.get("warmup_steps", 3))
 TIMED = int(_SPEC.get("timed_steps", 40))
 
