@@ -56,7 +56,7 @@ def test_the_untouched_exercise_fails_for_want_of_a_profile(lab0_kit):
     code, report = lab0_kit.check_json("0", "--rounds", "1")
     assert code == 1, explain(report)
     check = failing(report)
-    assert check["name"] == "evidence" and "wrote no profile" in check["rationale"]
+    assert check["name"] == "own_profile" and "wrote no profile" in check["rationale"]
     assert "tensorboard_trace_handler(cfg.trace_dir)" in check["help"] and "schedule" in check["help"]
 
 
