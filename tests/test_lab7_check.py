@@ -108,7 +108,7 @@ def test_only_a_regression_verdict_catches_the_fix_undone(verdict, regression, s
     from proflab.grading.checks import gate_cause, gate_regression, gate_unchanged
     from proflab.grading.checks import Check
 
-    check = Check("evidence", "Catches the regression", "")
+    check = Check("gate_regression", "Catches the regression", "")
     gate_regression.judge_regression(_gate_said(verdict, (2.97, 2.20, 4.02), regression), 2.0, check)
     assert check.status == status and said in check.rationale, check.rationale
 
