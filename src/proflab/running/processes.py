@@ -73,36 +73,29 @@ def stat(pid: int) -> tuple[int, int, int, int, str] | None:
         return None
 
 
-def _all() -> dict[int, tuple[int, int, int, int, str]]:
-    found = {}
+def _pids() -> list[int]:
+    """Every process /proc lists now."""
     try:
-        entries = os.listdir("/proc")
+        return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
     except OSError:
-        return found
-    for entry in entries:
-        if entry.isdigit():
-            info = stat(int(entry))
-            if info is not None:
-                found[int(entry)] = info
-    return found
+        return []
+
+
+def _all() -> dict[int, tuple[int, int, int, int, str]]:
+    return {pid: info for pid in _pids() if (info := stat(pid)) is not None}
 
 
 def command_lines() -> dict[int, bytes]:
     """Every process's command line as /proc holds it (arguments ended by NUL bytes); a process that has
     exited (a zombie) has none, and is left out."""
     found = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if entry.isdigit():
-            try:
-                line = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if line:
-                found[int(entry)] = line
+    for pid in _pids():
+        try:
+            line = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if line:
+            found[pid] = line
     return found
 
 
