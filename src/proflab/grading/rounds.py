@@ -72,8 +72,6 @@ class Rounds:
         self.differing: Differing | None = None  # the learner's run that did other work than the original's
         self.unchanged = False  # the file is the original, byte for byte
         self._seeds: dict[int, int] = {}
-        self._data: Path | None = None  # the lab's data, verified once the file as handed in is judged
-        self._data_print: dict = {}
 
     def moments(self) -> Iterator[str]:
         """The check from start to end: set up, then its moments, then its traces published and its copies
@@ -118,8 +116,8 @@ class Rounds:
             forkserver.settle(lab.workload.timeout_s)
         except forkserver.EngineFailed as e:
             raise NotGraded(str(e)) from None
-        self._data, self._data_print = data, fingerprint(data)
-        self._runs = Runs(lab, staged.original, data, self._data_print, self.device)
+        # the runs' shared state: the data (verified once the file as handed in is judged) and its fingerprint
+        self._runs = Runs(lab, staged.original, data, fingerprint(data), self.device)
         since, waited_before = time.perf_counter(), report.waited_s
         # A file that is still the original, byte for byte (the untouched exercise), runs once: that run is
         # the original's too, and the evidence, read from its trace, cannot show a change.
